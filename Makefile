@@ -1,0 +1,34 @@
+# Keel: `make demo` shows the simulated cluster, `make test` runs every test.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-debian bench schema clean
+
+$(STAMP): requirements-dev.txt setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/keel demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+# The same suite on Debian's own python3 and packages (python3-proxmoxer, python3-flask, ...),
+# as the .deb runs; .ci/run installs them.
+test-debian:
+	PYTHONPATH=$(CURDIR)/backend /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/unit tests/integration
+
+bench: $(STAMP)
+	$(PY) tests/bench/run.py
+
+schema:
+	tools/trim-pve-schema
+
+clean:
+	rm -rf $(VENV) build dist backend/*.egg-info .pytest_cache

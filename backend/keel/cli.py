@@ -1,0 +1,197 @@
+"""``keel``: the command line.  Every command is declared once in ``build_parser``.
+
+``main(argv, env)`` is the whole program: tests call it with an ``Env`` holding their
+own streams and environment and check stdout, stderr and the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from keel import __version__
+from keel.errors import ExitStatus, KeelError
+
+log = logging.getLogger("keel")
+
+
+@dataclass
+class Env:
+    """What the CLI touches outside itself; the real ones by default."""
+
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    @property
+    def color(self) -> bool:
+        return (hasattr(self.stdout, "isatty") and self.stdout.isatty()
+                and "NO_COLOR" not in self.environ and self.environ.get("TERM") != "dumb")
+
+    @property
+    def unicode(self) -> bool:
+        encoding = getattr(self.stdout, "encoding", None) or "utf-8"
+        return encoding.lower().replace("-", "") in ("utf8", "utf16")
+
+
+def _add_connection(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection to Proxmox VE (default: the config file)")
+    group.add_argument("--config", metavar="FILE",
+                       help="Keel config file (default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml)")
+    group.add_argument("--pve-url", metavar="URL", help="https://host:8006 ($KEEL_PVE_URL)")
+    group.add_argument("--pve-token-file", metavar="FILE",
+                       help="file holding user@realm!name=secret ($KEEL_PVE_TOKEN holds the token itself)")
+    group.add_argument("--pve-user", metavar="USER@REALM", help="log in with a password ($KEEL_PVE_USER)")
+    group.add_argument("--pve-password-file", metavar="FILE", help="file holding the password "
+                                                                  "($KEEL_PVE_PASSWORD)")
+    group.add_argument("--ca-file", metavar="FILE", help="CA certificate to verify PVE's TLS with")
+    group.add_argument("--insecure", action="store_true",
+                       help="do not verify PVE's TLS certificate (test clusters only)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="keel", description="Keel keeps a Proxmox VE cluster level and runs CI runners on it.")
+    parser.add_argument("--version", action="version", version=f"keel {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (repeatable)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    status = sub.add_parser("status", help="show the cluster: node load, guests, HA, imbalance")
+    status.add_argument("--guests", action="store_true", help="list the guests under each node")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--psi", action="store_true",
+                        help="also read pressure stall figures (one more API call per node)")
+    _add_connection(status)
+
+    sim = sub.add_parser("sim", help="run a simulated Proxmox VE cluster (or generate a scenario)",
+                         description="Serve a simulated Proxmox VE cluster over HTTPS on loopback.")
+    sim.add_argument("--scenario", metavar="FILE", help="scenario file (YAML, docs/simulator.md)")
+    sim.add_argument("--port", type=int, default=8006, help="port (0 picks a free one; default 8006)")
+    sim.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sim.add_argument("--clock-factor", type=float, default=1.0, metavar="F",
+                     help="simulated seconds per real second (0 stops the clock; default 1)")
+    sim.add_argument("--tls-dir", metavar="DIR",
+                     help="write the certificate (sim.crt) here, for clients that verify TLS")
+    sim_sub = sim.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    gen = sim_sub.add_parser("generate", help="write a scenario of any size")
+    gen.add_argument("--nodes", type=int, required=True)
+    gen.add_argument("--guests", type=int, required=True)
+    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--profile", default="skewed", help="even, skewed, random or hotspot")
+    gen.add_argument("--pve-version", default="9.1.4", help="8.x or 9.x (default 9.1.4)")
+    gen.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+
+    demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
+    demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
+    demo.add_argument("--keep-running", action="store_true",
+                      help="leave the simulator running until Ctrl-C")
+    return parser
+
+
+def main(argv: list[str] | None = None, env: Env | None = None) -> int:
+    env = env or Env()
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
+                        format="%(levelname)s %(name)s: %(message)s", stream=env.stderr)
+    if args.command is None:
+        parser.print_help(env.stdout)
+        return ExitStatus.USAGE
+    try:
+        return COMMANDS[args.command](args, env)
+    except KeelError as err:
+        print(f"keel: {err}", file=env.stderr)
+        return err.exit_status
+    except KeyboardInterrupt:
+        return ExitStatus.ERROR
+
+
+def connect(args: argparse.Namespace, env: Env) -> Any:
+    """A PveClient from flags, environment and config file, in that order of precedence."""
+    from keel import config as cfg
+    from keel.pve.client import PveClient
+
+    config_path = args.config or env.environ.get("KEEL_CONFIG")
+    if config_path:
+        settings = cfg.load(config_path).pve
+    elif cfg.DEFAULT_CONFIG_FILE.exists():
+        settings = cfg.load(cfg.DEFAULT_CONFIG_FILE).pve
+    else:
+        settings = cfg.PveSettings()
+    overrides = dict(env.environ)
+    if args.pve_url:
+        overrides["KEEL_PVE_URL"] = args.pve_url
+    if args.ca_file:
+        overrides["KEEL_PVE_CA_FILE"] = args.ca_file
+    if args.insecure:
+        overrides["KEEL_PVE_INSECURE"] = "1"
+    if args.pve_token_file:
+        overrides["KEEL_PVE_TOKEN"] = cfg.read_secret(args.pve_token_file, "API token")
+    if args.pve_user:
+        overrides["KEEL_PVE_USER"] = args.pve_user
+        overrides.pop("KEEL_PVE_TOKEN", None) if not args.pve_token_file else None
+    if args.pve_password_file:
+        overrides["KEEL_PVE_PASSWORD"] = cfg.read_secret(args.pve_password_file, "password")
+    return PveClient(cfg.target_from(settings, overrides))
+
+
+def cmd_status(args: argparse.Namespace, env: Env) -> int:
+    from keel.pve import snapshot
+    from keel.status_view import Style, render, summary
+
+    client = connect(args, env)
+    snap = snapshot.collect(client, psi=args.psi)
+    if args.json:
+        json.dump(summary(snap), env.stdout, indent=2)
+        env.stdout.write("\n")
+    else:
+        env.stdout.write(render(snap, Style(env.color, env.unicode), show_guests=args.guests))
+    return ExitStatus.OK
+
+
+def cmd_sim(args: argparse.Namespace, env: Env) -> int:
+    if args.sim_command == "generate":
+        from keel.sim.generate import generate
+        try:
+            data = generate(args.nodes, args.guests, args.seed, args.profile, args.pve_version)
+        except ValueError as err:
+            print(f"keel sim generate: {err}", file=env.stderr)
+            return ExitStatus.USAGE
+        text = yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                         sort_keys=False, default_flow_style=None, width=120)
+        if args.output:
+            Path(args.output).write_text(text)
+            print(f"wrote {args.output}: {args.nodes} nodes, {args.guests} guests", file=env.stderr)
+        else:
+            env.stdout.write(text)
+        return ExitStatus.OK
+    if not args.scenario:
+        print("keel sim: give --scenario FILE (or use `keel sim generate`)", file=env.stderr)
+        return ExitStatus.USAGE
+    from keel.sim.serve import run
+    if not args.verbose:
+        logging.getLogger("keel.sim").setLevel(logging.INFO)
+    return run(args.scenario, args.port, args.clock_factor, args.host, args.tls_dir, env.stdout)
+
+
+def cmd_demo(args: argparse.Namespace, env: Env) -> int:
+    from keel.demo import run_demo
+    return run_demo(env, args.scenario, args.keep_running)
+
+
+COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Keel's configuration file (``/etc/pve/keel/keel.yaml``): strict, with every bad key named.
+
+This module reads the ``pve`` section (how to reach the Proxmox VE API).  The file
+holds no secrets: the API token secret lives in a root-only file that ``token_file``
+names (``keel setup`` writes it to ``/etc/pve/priv/keel/pve-token``).
+
+.. code-block:: yaml
+
+    pve:
+      url: https://127.0.0.1:8006
+      token_file: /etc/pve/priv/keel/pve-token   # holds user@realm!name=secret
+      ca_file: /etc/pve/pve-root-ca.pem
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from keel.errors import InvalidError
+from keel.pve.client import DEFAULT_TIMEOUT_S, Target
+from keel.validate import Problems, Reader
+
+DEFAULT_CONFIG_FILE = Path("/etc/pve/keel/keel.yaml")
+DEFAULT_TOKEN_FILE = Path("/etc/pve/priv/keel/pve-token")
+DEFAULT_PVE_URL = "https://127.0.0.1:8006"
+PVE_CA_FILE = Path("/etc/pve/pve-root-ca.pem")
+
+
+@dataclass(frozen=True)
+class PveSettings:
+    url: str = DEFAULT_PVE_URL
+    user: str | None = None
+    token_file: str | None = None
+    password_file: str | None = None
+    ca_file: str | None = None
+    verify_tls: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Config:
+    pve: PveSettings = PveSettings()
+    source: str = "(defaults)"
+
+
+def load(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InvalidError(f"cannot read config {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InvalidError(f"{path}: not valid YAML: {err}") from None
+    return parse(data, str(path))
+
+
+def parse(data: Any, source: str = "config") -> Config:
+    problems = Problems(source)
+    top = Reader(data, "", problems)
+    pve = _pve(top.mapping("pve"))
+    top.done()
+    problems.raise_if_any()
+    return Config(pve=pve, source=source)
+
+
+def _pve(r: Reader) -> PveSettings:
+    settings = PveSettings(
+        url=r.get("url", str, DEFAULT_PVE_URL),
+        user=r.get("user", str, None),
+        token_file=r.get("token_file", str, None),
+        password_file=r.get("password_file", str, None),
+        ca_file=r.get("ca_file", str, None),
+        verify_tls=r.get("verify_tls", bool, True),
+        timeout_s=r.duration("timeout", DEFAULT_TIMEOUT_S),
+    )
+    if r.has("token_secret") or r.has("password"):
+        r.seen.update({"token_secret", "password"})
+        r.problems.add(r.sub("token_secret" if r.has("token_secret") else "password"),
+                       "secrets do not belong in the config file; put them in a root-only file "
+                       "and name it with token_file or password_file")
+    r.done()
+    return settings
+
+
+def read_secret(path: str, what: str) -> str:
+    try:
+        value = Path(path).read_text().strip()
+    except OSError as err:
+        raise InvalidError(f"cannot read the {what} from {path}: {err.strerror}") from None
+    if not value:
+        raise InvalidError(f"the {what} file {path} is empty")
+    return value
+
+
+def target_from(settings: PveSettings, env: dict[str, str] | None = None) -> Target:
+    """The PVE target from settings, with ``KEEL_PVE_*`` environment variables on top."""
+    env = dict(os.environ if env is None else env)
+    url = env.get("KEEL_PVE_URL") or settings.url
+    verify: bool | str = settings.verify_tls
+    ca_file = env.get("KEEL_PVE_CA_FILE") or settings.ca_file
+    if ca_file:
+        verify = ca_file
+    elif verify and PVE_CA_FILE.exists() and _is_local(url):
+        verify = str(PVE_CA_FILE)
+    if env.get("KEEL_PVE_INSECURE", "").lower() in ("1", "true", "yes"):
+        verify = False
+    target = Target.from_url(url, verify=verify, timeout_s=settings.timeout_s)
+    token = env.get("KEEL_PVE_TOKEN")
+    if not token and settings.token_file:
+        token = read_secret(settings.token_file, "API token")
+    if not token and not settings.password_file and not env.get("KEEL_PVE_PASSWORD") \
+            and DEFAULT_TOKEN_FILE.exists():
+        token = read_secret(str(DEFAULT_TOKEN_FILE), "API token")
+    if token:
+        return target.with_token(token)
+    user = env.get("KEEL_PVE_USER") or settings.user
+    password = env.get("KEEL_PVE_PASSWORD")
+    if password is None and settings.password_file:
+        password = read_secret(settings.password_file, "password")
+    if not user or password is None:
+        raise InvalidError("no way to log in to PVE: give an API token (KEEL_PVE_TOKEN or "
+                           "pve.token_file, as user@realm!name=secret) or a user and password "
+                           "(KEEL_PVE_USER and KEEL_PVE_PASSWORD, or pve.user and pve.password_file); "
+                           "`keel setup` makes a token")
+    from dataclasses import replace
+    return replace(target, user=user, password=password)
+
+
+def _is_local(url: str) -> bool:
+    return "127.0.0.1" in url or "localhost" in url

@@ -1,0 +1,196 @@
+"""Keel's connection to one Proxmox VE API endpoint, over proxmoxer.
+
+``PveClient`` adds three things to proxmoxer: PVE's errors become Keel's exceptions
+with PVE's own message (and never a secret); reads that fail for a passing reason
+(connection refused, a node briefly unreachable) are retried with backoff, writes
+never are; and every HTTP request is counted (``calls``), so tests and the benchmark
+can hold the snapshot to its budget.
+
+    >>> client = PveClient(Target("pve1.example.com", user="keel@pve", token_name="keel",
+    ...                           token_secret="..."))          # doctest: +SKIP
+    >>> client.get("/cluster/resources", type="node")          # doctest: +SKIP
+    [{'id': 'node/pve1', 'node': 'pve1', 'status': 'online', ...}]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import proxmoxer
+import requests
+from proxmoxer.core import AuthenticationError, ResourceException
+
+from keel.errors import (AuthError, BusyError, InvalidError, KeelError, NotFoundError,
+                         PermissionDeniedError, UnavailableError)
+
+log = logging.getLogger("keel.pve")
+
+DEFAULT_PORT = 8006
+DEFAULT_TIMEOUT_S = 30.0
+RETRY_DELAYS_S = (0.5, 1.5, 4.0)
+_UNAVAILABLE_HINTS = ("no quorum", "cluster not ready", "No route to host", "Connection refused",
+                      "Connection timed out", "node is offline")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a PVE API is and how to log in. Secrets are left out of ``repr``."""
+
+    host: str
+    port: int = DEFAULT_PORT
+    user: str | None = None             # user@realm (both for tokens and passwords)
+    token_name: str | None = None       # the part after "!" in user@realm!name
+    token_secret: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    verify: bool | str = True           # True, False, or a CA bundle file
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> "Target":
+        """``https://host:8006`` (or ``host``, ``host:port``) → Target."""
+        if "//" not in url:
+            url = "https://" + url
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise InvalidError(f"PVE URL must look like https://host:8006, got {url!r}")
+        return cls(parts.hostname, parts.port or DEFAULT_PORT, **kwargs)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{host}:{self.port}"
+
+    @property
+    def who(self) -> str:
+        if self.token_name:
+            return f"{self.user}!{self.token_name}"
+        return self.user or "?"
+
+    def with_token(self, token: str) -> "Target":
+        """``user@realm!name=secret`` (as PVE shows it once) → a Target using that token."""
+        if "!" not in token or "=" not in token:
+            raise InvalidError("an API token must look like user@realm!name=secret")
+        ident, secret = token.split("=", 1)
+        user, name = ident.split("!", 1)
+        return Target(self.host, self.port, user, name, secret, None, self.verify, self.timeout_s)
+
+
+class PveClient:
+    """Calls on one PVE API endpoint; see the module docstring."""
+
+    def __init__(self, target: Target, sleep: Callable[[float], None] = time.sleep,
+                 retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S):
+        if not target.user:
+            raise InvalidError("no PVE user given (user@realm, or a token user@realm!name)")
+        if not (target.token_name and target.token_secret) and target.password is None:
+            raise InvalidError(f"no credentials for {target.user}: give an API token or a password")
+        self.target = target
+        self.calls = 0
+        self._sleep = sleep
+        self._retry_delays = retry_delays_s
+        kwargs: dict[str, Any] = dict(host=target.host, port=target.port, user=target.user,
+                                      verify_ssl=target.verify, timeout=target.timeout_s)
+        if target.token_name and target.token_secret:
+            kwargs.update(token_name=target.token_name, token_value=target.token_secret)
+        else:
+            kwargs.update(password=target.password)
+            self.calls += 1   # the ticket request
+        try:
+            self._api = proxmoxer.ProxmoxAPI(backend="https", **kwargs)
+        except AuthenticationError:
+            raise AuthError(f"PVE at {target.url} refused the login of {target.user} "
+                            f"(wrong user or password?)") from None
+        except requests.exceptions.SSLError as err:
+            raise UnavailableError(_tls_message(target, err)) from None
+        except requests.exceptions.RequestException as err:
+            raise UnavailableError(f"cannot reach PVE at {target.url}: {_short(err)}") from None
+
+    # -- calls ---------------------------------------------------------------------
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._call("GET", path, params)
+
+    def post(self, path: str, **params: Any) -> Any:
+        return self._call("POST", path, params)
+
+    def put(self, path: str, **params: Any) -> Any:
+        return self._call("PUT", path, params)
+
+    def delete(self, path: str, **params: Any) -> Any:
+        return self._call("DELETE", path, params)
+
+    def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
+        params = {k: _wire(v) for k, v in params.items() if v is not None}
+        attempts = 1 + (len(self._retry_delays) if method == "GET" else 0)
+        for attempt in range(attempts):
+            self.calls += 1
+            try:
+                resource = self._api(path.strip("/"))
+                return getattr(resource, method.lower())(**params)
+            except ResourceException as err:
+                error = _map_resource_error(method, path, err)
+            except requests.exceptions.SSLError as err:
+                raise UnavailableError(_tls_message(self.target, err)) from None
+            except requests.exceptions.RequestException as err:
+                error = UnavailableError(f"cannot reach PVE at {self.target.url} "
+                                         f"({method} {path}): {_short(err)}")
+            except AuthenticationError:
+                error = AuthError(f"PVE at {self.target.url} refused the login of {self.target.user}")
+            if not isinstance(error, UnavailableError) or attempt == attempts - 1:
+                raise error
+            delay = self._retry_delays[attempt]
+            log.warning("%s %s failed (%s); retrying in %.1fs", method, path, error, delay)
+            self._sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def _wire(value: Any) -> Any:
+    """PVE wants booleans as 0/1."""
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _short(err: Exception) -> str:
+    text = str(err)
+    if "Connection refused" in text:
+        return "connection refused"
+    if "timed out" in text.lower():
+        return "timed out"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host name"
+    return text.splitlines()[0][:200] if text else type(err).__name__
+
+
+def _tls_message(target: Target, err: Exception) -> str:
+    return (f"TLS verification of {target.url} failed ({_short(err)}); give the cluster's CA "
+            f"file (ca_file, usually /etc/pve/pve-root-ca.pem) or, for a test cluster only, "
+            f"turn verification off")
+
+
+def _map_resource_error(method: str, path: str, err: ResourceException) -> KeelError:
+    """A PVE error answer → the Keel exception for what the caller should do."""
+    status = err.status_code
+    text = (err.content or err.status_message or "").strip()
+    errors = {str(k): str(v).strip() for k, v in (err.errors or {}).items()} \
+        if isinstance(err.errors, dict) else {}
+    message = f"PVE {method} {path}: {text}" if text else f"PVE {method} {path}: HTTP {status}"
+    if status == 400:
+        return InvalidError(message, errors)
+    if status == 401:
+        return AuthError(message)
+    if status == 403:
+        return PermissionDeniedError(message)
+    if status == 501:
+        return NotFoundError(message)
+    if status >= 595 or any(hint in text for hint in _UNAVAILABLE_HINTS):
+        return UnavailableError(message)
+    if "does not exist" in text or "no such" in text.lower():
+        return NotFoundError(message)
+    if "is locked" in text or "already running" in text:
+        return BusyError(message)
+    return KeelError(message, errors)

@@ -1,0 +1,266 @@
+"""Users, API tokens, roles and ACLs, and tickets, the way pve-access-control has them.
+
+Privileges for a path come from the most specific ACL entry on the way from ``/`` to
+the path (entries above the path count only if they propagate); a user's own entries
+beat its groups' at the same level; a guest in a pool also gets the pool's privileges.
+A token with privilege separation gets the intersection of its own and its user's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import time
+from dataclasses import dataclass, field
+
+from keel.sim import scenario as sc
+from keel.sim.errors import ApiError
+
+TICKET_LIFETIME_S = 7200
+
+VM_PRIVS = (
+    "VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
+    "VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory",
+    "VM.Config.Network", "VM.Config.Options", "VM.Console", "VM.Migrate", "VM.PowerMgmt",
+    "VM.Replicate", "VM.Snapshot", "VM.Snapshot.Rollback", "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileRead", "VM.GuestAgent.FileWrite", "VM.GuestAgent.FileSystemMgmt",
+    "VM.GuestAgent.Unrestricted",
+)
+SYS_PRIVS = ("Sys.Audit", "Sys.Console", "Sys.Incoming", "Sys.Modify", "Sys.PowerMgmt",
+             "Sys.Syslog", "Sys.AccessNetwork")
+DATASTORE_PRIVS = ("Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate",
+                   "Datastore.Audit")
+OTHER_PRIVS = ("Pool.Allocate", "Pool.Audit", "SDN.Allocate", "SDN.Audit", "SDN.Use",
+               "Mapping.Audit", "Mapping.Modify", "Mapping.Use", "Group.Allocate",
+               "Realm.Allocate", "Realm.AllocateUser", "User.Modify", "Permissions.Modify")
+ALL_PRIVS = frozenset(VM_PRIVS + SYS_PRIVS + DATASTORE_PRIVS + OTHER_PRIVS)
+
+# PVE's built-in roles (pve-access-control), as far as the simulator needs them.
+BUILTIN_ROLES: dict[str, frozenset[str]] = {
+    "Administrator": ALL_PRIVS,
+    "NoAccess": frozenset(),
+    "PVEAdmin": ALL_PRIVS - {"Sys.Modify", "Permissions.Modify", "Realm.Allocate"},
+    "PVEAuditor": frozenset({"Datastore.Audit", "Mapping.Audit", "Pool.Audit", "SDN.Audit",
+                             "Sys.Audit", "VM.Audit", "VM.GuestAgent.Audit"}),
+    "PVEVMAdmin": frozenset(VM_PRIVS),
+    "PVEVMUser": frozenset({"VM.Audit", "VM.Backup", "VM.Config.CDROM", "VM.Config.Cloudinit",
+                            "VM.Console", "VM.PowerMgmt", "VM.GuestAgent.Audit"}),
+    "PVETemplateUser": frozenset({"VM.Audit", "VM.Clone"}),
+    "PVESysAdmin": frozenset(SYS_PRIVS) | {"Permissions.Modify"},
+    "PVEDatastoreAdmin": frozenset(DATASTORE_PRIVS),
+    "PVEDatastoreUser": frozenset({"Datastore.AllocateSpace", "Datastore.Audit"}),
+    "PVEPoolAdmin": frozenset({"Pool.Allocate", "Pool.Audit"}),
+    "PVEPoolUser": frozenset({"Pool.Audit"}),
+    "PVESDNUser": frozenset({"SDN.Audit", "SDN.Use"}),
+    "PVEMappingUser": frozenset({"Mapping.Audit", "Mapping.Use"}),
+    "PVEUserAdmin": frozenset({"Group.Allocate", "Realm.AllocateUser", "User.Modify"}),
+}
+
+
+@dataclass
+class Token:
+    tokenid: str
+    secret: str
+    privsep: bool
+    comment: str = ""
+    expire: int = 0
+
+
+@dataclass
+class User:
+    userid: str
+    password: str | None
+    enable: bool = True
+    groups: set[str] = field(default_factory=set)
+    tokens: dict[str, Token] = field(default_factory=dict)
+    comment: str = ""
+    expire: int = 0
+
+
+@dataclass
+class AclEntry:
+    path: str
+    ugid: str
+    kind: str           # user|token|group
+    role: str
+    propagate: bool
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Who made a request: a user, or a user's API token."""
+
+    userid: str
+    tokenid: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.userid}!{self.tokenid}" if self.tokenid else self.userid
+
+    @property
+    def is_root(self) -> bool:
+        return self.userid == "root@pam" and self.tokenid is None
+
+
+class Access:
+    """The access-control state of a simulated cluster."""
+
+    def __init__(self, users: list[sc.User], roles: dict[str, tuple[str, ...]], acl: list[sc.Acl]):
+        self.users: dict[str, User] = {}
+        for u in users:
+            self.users[u.userid] = User(
+                u.userid, u.password, u.enable, set(u.groups),
+                {t.tokenid: Token(t.tokenid, t.secret, t.privsep, t.comment) for t in u.tokens},
+                u.comment)
+        self.roles: dict[str, frozenset[str]] = dict(BUILTIN_ROLES)
+        for name, privs in roles.items():
+            self.roles[name] = frozenset(privs)
+        self.acl = [AclEntry(_norm(a.path), a.ugid, a.kind, a.role, a.propagate) for a in acl]
+        self._key = os.urandom(32)
+
+    # -- tickets -------------------------------------------------------------------
+
+    def login(self, username: str, password: str, realm: str | None = None) -> User:
+        if realm and "@" not in username:
+            username = f"{username}@{realm}"
+        user = self.users.get(username)
+        if user is not None and user.enable and password.startswith("PVE:"):
+            if self.check_ticket(password) == username:
+                return user
+        if user is None or not user.enable or user.password is None or not hmac.compare_digest(
+                user.password.encode(), password.encode()):
+            raise ApiError(401, "authentication failure")
+        return user
+
+    def make_ticket(self, userid: str) -> tuple[str, str]:
+        stamp = f"{int(time.time()):08X}"
+        data = f"PVE:{userid}:{stamp}"
+        ticket = f"{data}::{self._sign(data)}"
+        csrf = f"{stamp}:{self._sign(f'{stamp}:{userid}')}"
+        return ticket, csrf
+
+    def check_ticket(self, ticket: str) -> str | None:
+        """The userid of a valid, unexpired ticket; None otherwise."""
+        try:
+            data, signature = ticket.split("::", 1)
+            prefix, userid, stamp = data.split(":", 2)
+            issued = int(stamp, 16)
+        except ValueError:
+            return None
+        if prefix != "PVE" or not hmac.compare_digest(signature, self._sign(data)):
+            return None
+        age = time.time() - issued
+        if age > TICKET_LIFETIME_S or age < -300:
+            return None
+        user = self.users.get(userid)
+        return userid if user is not None and user.enable else None
+
+    def check_csrf(self, userid: str, token: str | None) -> bool:
+        if not token or ":" not in token:
+            return False
+        stamp, signature = token.split(":", 1)
+        try:
+            age = time.time() - int(stamp, 16)
+        except ValueError:
+            return False
+        return age <= TICKET_LIFETIME_S and hmac.compare_digest(
+            signature, self._sign(f"{stamp}:{userid}"))
+
+    def check_token(self, header_value: str) -> Auth | None:
+        """``user@realm!tokenid=secret`` (or with ``:``) → Auth if the secret matches."""
+        if "!" not in header_value:
+            return None
+        userid, rest = header_value.split("!", 1)
+        for sep in ("=", ":"):
+            if sep in rest:
+                tokenid, secret = rest.split(sep, 1)
+                break
+        else:
+            return None
+        user = self.users.get(userid)
+        token = user.tokens.get(tokenid) if user else None
+        if user is None or token is None or not user.enable:
+            return None
+        if token.expire and token.expire < time.time():
+            return None
+        if not hmac.compare_digest(token.secret.encode(), secret.encode()):
+            return None
+        return Auth(userid, tokenid)
+
+    def _sign(self, data: str) -> str:
+        digest = hmac.new(self._key, data.encode(), hashlib.sha256).digest()
+        return base64.b64encode(digest).decode().rstrip("=")
+
+    # -- privileges ----------------------------------------------------------------
+
+    def privileges(self, auth: Auth, path: str, pool: str | None = None) -> dict[str, int]:
+        """Privilege → propagate flag for ``auth`` on ``path`` (``pool``: the guest's pool)."""
+        if auth.is_root:
+            return {priv: 1 for priv in sorted(ALL_PRIVS)}
+        user = self.users.get(auth.userid)
+        if user is None or not user.enable:
+            return {}
+        privs = self._user_privileges(user, path, pool, token=None)
+        if auth.tokenid is not None:
+            token = user.tokens.get(auth.tokenid)
+            if token is None:
+                return {}
+            if token.privsep:
+                own = self._user_privileges(user, path, pool, token=auth.tokenid)
+                privs = {p: min(privs[p], own[p]) for p in privs if p in own}
+        return dict(sorted(privs.items()))
+
+    def has(self, auth: Auth, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
+            pool: str | None = None) -> bool:
+        granted = self.privileges(auth, path, pool)
+        hits = [p in granted for p in privs]
+        return any(hits) if any_of else all(hits)
+
+    def _user_privileges(self, user: User, path: str, pool: str | None, token: str | None
+                         ) -> dict[str, int]:
+        result = self._path_privileges(user, _norm(path), token)
+        if pool and path.startswith("/vms/"):
+            for priv, prop in self._path_privileges(user, f"/pool/{pool}", token).items():
+                result[priv] = max(result.get(priv, 0), prop)
+        return result
+
+    def _path_privileges(self, user: User, path: str, token: str | None) -> dict[str, int]:
+        if token is not None:
+            owners = [("token", f"{user.userid}!{token}")]
+            group_owners: list[tuple[str, str]] = []
+        else:
+            owners = [("user", user.userid)]
+            group_owners = [("group", g) for g in sorted(user.groups)]
+        result: dict[str, int] = {}
+        for prefix in _prefixes(path):
+            final = prefix == path
+            chosen = self._entries(prefix, owners, final) or self._entries(prefix, group_owners, final)
+            if chosen:
+                result = {}
+                for entry in chosen:
+                    for priv in self.roles.get(entry.role, frozenset()):
+                        result[priv] = max(result.get(priv, 0), int(entry.propagate))
+        return result
+
+    def _entries(self, path: str, owners: list[tuple[str, str]], final: bool) -> list[AclEntry]:
+        keys = set(owners)
+        return [e for e in self.acl if e.path == path and (e.kind, e.ugid) in keys
+                and (final or e.propagate)]
+
+    def acl_paths(self, auth: Auth) -> list[str]:
+        """Every path that has an ACL entry relevant to ``auth``, plus ``/``."""
+        user = self.users.get(auth.userid)
+        names = {auth.userid, auth.name} | (user.groups if user else set())
+        return sorted({"/"} | {e.path for e in self.acl if e.ugid in names})
+
+
+def _norm(path: str) -> str:
+    path = "/" + path.strip("/")
+    return path
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = [p for p in path.split("/") if p]
+    return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]

@@ -1,0 +1,59 @@
+"""What every handler gets, and the route registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from keel.sim.access import Auth
+from keel.sim.cluster import Cluster
+from keel.sim.errors import ApiError
+from keel.sim.schema import Endpoint
+
+Handler = Callable[["Call"], Any]
+ROUTES: dict[tuple[str, str], Handler] = {}
+
+
+def route(method: str, path: str) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        key = (method, path)
+        if key in ROUTES:
+            raise RuntimeError(f"two handlers for {method} {path}")
+        ROUTES[key] = handler
+        return handler
+    return register
+
+
+@dataclass
+class Call:
+    """One API call: the cluster, who asks, and the checked parameters."""
+
+    cluster: Cluster
+    auth: Auth | None
+    endpoint: Endpoint
+    params: dict[str, Any]
+
+    @property
+    def user(self) -> str:
+        """The owner string tasks carry (user@realm or user@realm!token)."""
+        return self.auth.name if self.auth else "root@pam"
+
+    def can(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
+            vmid: int | None = None) -> bool:
+        if self.auth is None:
+            return False
+        pool = self.cluster.pool_of(vmid) if vmid is not None else None
+        return self.cluster.access.has(self.auth, path, privs, any_of=any_of, pool=pool)
+
+    def require(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
+                vmid: int | None = None) -> None:
+        if not self.can(path, privs, any_of, vmid):
+            raise ApiError(403, f"Permission check failed ({path}, {('|' if any_of else ',').join(privs)})")
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        value = self.params.get(name)
+        return default if value is None else bool(int(value))
+
+    @property
+    def t(self) -> float:
+        return self.cluster.t

@@ -1,0 +1,264 @@
+"""Guests: ``/nodes/{node}/qemu/...`` and ``/nodes/{node}/lxc/...``.
+
+Both kinds share one set of handlers, registered once per kind.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from keel.sim import ops
+from keel.sim.api.base import Call, route
+from keel.sim.api.views import guest_list_entry, guest_rrd, guest_status, guest_usage_fields
+from keel.sim.errors import ApiError, param_error
+from keel.sim.guests import SimGuest
+
+KINDS = ("qemu", "lxc")
+
+
+def _both(method: str, suffix: str) -> Callable[[Callable[[Call, str], Any]], Callable[[Call, str], Any]]:
+    """Register a handler taking (call, kind) for both qemu and lxc."""
+    def register(handler: Callable[[Call, str], Any]) -> Callable[[Call, str], Any]:
+        for kind in KINDS:
+            route(method, f"/nodes/{{node}}/{kind}{suffix}")(
+                lambda call, _kind=kind: handler(call, _kind))
+        return handler
+    return register
+
+
+def _guest(call: Call, kind: str) -> SimGuest:
+    node = call.params["node"]
+    call.cluster.node(node)
+    return call.cluster.guest(call.params["vmid"], node, kind)
+
+
+@_both("GET", "")
+def guest_list(call: Call, kind: str) -> list[dict[str, Any]]:
+    node = call.params["node"]
+    call.cluster.node(node)
+    cluster = call.cluster
+    return [guest_list_entry(cluster, g) for vmid, g in sorted(cluster.guests.items())
+            if g.node == node and g.type == kind and call.can(f"/vms/{vmid}", ["VM.Audit"], vmid=vmid)]
+
+
+@_both("GET", "/{vmid}")
+def guest_index(call: Call, kind: str) -> list[dict[str, str]]:
+    _guest(call, kind)
+    names = ["config", "status", "migrate", "clone", "rrddata", "snapshot"]
+    if kind == "qemu":
+        names.append("agent")
+    return [{"subdir": n} for n in names]
+
+
+@_both("GET", "/{vmid}/config")
+def get_config(call: Call, kind: str) -> dict[str, Any]:
+    guest = _guest(call, kind)
+    config = dict(sorted(guest.config.items()))
+    config["digest"] = guest.digest()
+    return config
+
+
+def _apply_config(call: Call, guest: SimGuest) -> None:
+    params = dict(call.params)
+    for key in ("node", "vmid", "skiplock", "digest", "delete", "revert", "force", "background_delay"):
+        params.pop(key, None)
+    if call.params.get("digest") and call.params["digest"] != guest.digest():
+        raise ApiError(500, "detected modified configuration - file changed by other user? "
+                            "Try again.")
+    ops.check_lock(guest, call.flag("skiplock"))
+    deletes = [k for k in re.split(r"[,;\s]+", str(call.params.get("delete", ""))) if k]
+    overlap = set(deletes) & set(params)
+    if overlap:
+        raise param_error({k: f"cannot set and delete property '{k}' at the same time!"
+                           for k in sorted(overlap)})
+    if "tags" in params:
+        params["tags"] = ";".join(t for t in re.split(r"[;, ]+", params["tags"]) if t)
+    if "memory" in params and guest.type == "lxc":
+        params["memory"] = int(params["memory"])
+    for key in deletes:
+        guest.config.pop(key, None)
+    guest.config.update(params)
+    call.cluster.invalidate_usage()
+
+
+@_both("PUT", "/{vmid}/config")
+def put_config(call: Call, kind: str) -> None:
+    guest = _guest(call, kind)
+    _apply_config(call, guest)
+    return None
+
+
+@route("POST", "/nodes/{node}/qemu/{vmid}/config")
+def post_config(call: Call) -> str:
+    guest = _guest(call, "qemu")
+    _apply_config(call, guest)
+    return call.cluster.quick_task(guest.node, "qmconfig", str(guest.vmid), call.user, 0.2, []).upid
+
+
+@_both("GET", "/{vmid}/status")
+def status_index(call: Call, kind: str) -> list[dict[str, str]]:
+    _guest(call, kind)
+    return [{"subdir": s} for s in ("current", "start", "stop", "shutdown", "reboot")]
+
+
+@_both("GET", "/{vmid}/status/current")
+def status_current(call: Call, kind: str) -> dict[str, Any]:
+    cluster = call.cluster
+    guest = _guest(call, kind)
+    entry: dict[str, Any] = {"vmid": guest.vmid, "name": guest.name,
+                             "status": guest_status(cluster, guest)}
+    entry.update(guest_usage_fields(cluster, guest))
+    entry["cpus"] = entry["maxcpu"]
+    hastate = cluster.ha.hastate(guest)
+    entry["ha"] = {"managed": 1, "state": cluster.ha.resources[guest.sid]["state"],
+                   "group": cluster.ha.resources[guest.sid].get("group")} if hastate else {"managed": 0}
+    if entry["ha"].get("group") is None:
+        entry["ha"].pop("group", None)
+    if guest.tags:
+        entry["tags"] = guest.tags
+    if guest.lock:
+        entry["lock"] = guest.lock
+    if guest.template:
+        entry["template"] = 1
+    if kind == "qemu":
+        entry["qmpstatus"] = "running" if guest.status == "running" else "stopped"
+        if guest.agent_enabled:
+            entry["agent"] = 1
+        if guest.status == "running":
+            entry["running-machine"] = "pc-q35-9.2+pve1"
+            entry["running-qemu"] = "9.2.0"
+            entry["pid"] = 10000 + guest.vmid
+    else:
+        entry["type"] = "lxc"
+    return entry
+
+
+def _power(call: Call, kind: str, action: str) -> str:
+    cluster = call.cluster
+    guest = _guest(call, kind)
+    if cluster.ha.managed(guest) and cluster.ha.resources[guest.sid]["state"] != "ignored":
+        task_kind = "hastart" if action == "start" else "hastop"
+        want = "started" if action == "start" else "stopped"
+        task = cluster.quick_task(guest.node, task_kind, str(guest.vmid), call.user, 0.5,
+                                  [f"Requesting HA {action} for {guest.sid}"])
+        cluster.ha.request_state(guest, want)
+        return task.upid
+    if action == "start":
+        return ops.start_guest(cluster, guest, call.user).upid
+    timeout = call.params.get("timeout")
+    return ops.stop_guest(cluster, guest, call.user, shutdown=(action == "shutdown"),
+                          timeout=timeout).upid
+
+
+for _kind in KINDS:
+    for _action in ("start", "stop", "shutdown"):
+        route("POST", f"/nodes/{{node}}/{_kind}/{{vmid}}/status/{_action}")(
+            lambda call, k=_kind, a=_action: _power(call, k, a))
+
+
+@_both("GET", "/{vmid}/migrate")
+def migrate_precondition(call: Call, kind: str) -> dict[str, Any]:
+    guest = _guest(call, kind)
+    target = call.params.get("target")
+    if target is not None:
+        call.cluster.node(target)
+    return ops.migrate_precondition(call.cluster, guest, target)
+
+
+@_both("POST", "/{vmid}/migrate")
+def migrate(call: Call, kind: str) -> str:
+    cluster = call.cluster
+    guest = _guest(call, kind)
+    target = call.params["target"]
+    ops.check_migrate_request(cluster, guest, target)
+    if cluster.ha.managed(guest) and cluster.ha.resources[guest.sid]["state"] != "ignored":
+        command = "migrate" if kind == "qemu" else "relocate"
+        task = cluster.quick_task(guest.node, "hamigrate", str(guest.vmid), call.user, 0.5,
+                                  [f"Requesting HA {command} for {guest.sid} to node {target}"])
+        cluster.ha.queue(command, guest.sid, target)
+        return task.upid
+    running = guest.status == "running"
+    if kind == "qemu":
+        online = call.flag("online")
+        if running and not online:
+            raise ApiError(500, "can't migrate running VM without --online")
+        if call.flag("force") and call.user != "root@pam":
+            raise ApiError(403, "Permission check failed (user != root@pam) - only root may use "
+                                "the 'force' option")
+        return ops.start_migration(cluster, guest, target, call.user, online=online and running,
+                                   with_local_disks=call.flag("with-local-disks"),
+                                   force=call.flag("force")).upid
+    restart = call.flag("restart")
+    online = call.flag("online")
+    if running and not (restart or online):
+        raise ApiError(500, "can't migrate running container without --online or --restart")
+    return ops.start_migration(cluster, guest, target, call.user, online=online,
+                               restart=restart).upid
+
+
+@_both("POST", "/{vmid}/clone")
+def clone(call: Call, kind: str) -> str:
+    guest = _guest(call, kind)
+    return ops.clone_guest(call.cluster, guest, call.user, call.params).upid
+
+
+@_both("DELETE", "/{vmid}")
+def destroy(call: Call, kind: str) -> str:
+    guest = _guest(call, kind)
+    return ops.destroy_guest(call.cluster, guest, call.user, call.flag("purge")).upid
+
+
+@_both("GET", "/{vmid}/rrddata")
+def rrddata(call: Call, kind: str) -> list[dict[str, Any]]:
+    guest = _guest(call, kind)
+    return guest_rrd(call.cluster, guest, call.params["timeframe"], call.params.get("cf", "AVERAGE"))
+
+
+# -- guest agent (qemu only) ------------------------------------------------------------
+
+
+@route("GET", "/nodes/{node}/qemu/{vmid}/agent")
+def agent_index(call: Call) -> list[dict[str, str]]:
+    _guest(call, "qemu")
+    return [{"name": n} for n in ("ping", "file-read", "file-write", "get-osinfo", "info")]
+
+
+@route("POST", "/nodes/{node}/qemu/{vmid}/agent/ping")
+def agent_ping(call: Call) -> dict[str, Any]:
+    guest = _guest(call, "qemu")
+    ops.agent_check(call.cluster, guest)
+    return {"result": {}}
+
+
+@route("POST", "/nodes/{node}/qemu/{vmid}/agent/file-write")
+def agent_file_write(call: Call) -> None:
+    import base64
+    guest = _guest(call, "qemu")
+    ops.agent_check(call.cluster, guest)
+    content = call.params["content"]
+    if not call.flag("encode", True):
+        try:
+            content = base64.b64decode(content, validate=True).decode("utf-8", "replace")
+        except ValueError:
+            raise ApiError(500, "content is not valid base64") from None
+    guest.files[call.params["file"]] = content
+    return None
+
+
+@route("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read")
+def agent_file_read(call: Call) -> dict[str, Any]:
+    guest = _guest(call, "qemu")
+    ops.agent_check(call.cluster, guest)
+    name = call.params["file"]
+    if name not in guest.files:
+        raise ApiError(500, f"Agent error: Failed to open file '{name}': No such file or directory")
+    return {"content": guest.files[name], "bytes-read": len(guest.files[name].encode())}
+
+
+@route("GET", "/nodes/{node}/qemu/{vmid}/agent/get-osinfo")
+def agent_osinfo(call: Call) -> dict[str, Any]:
+    guest = _guest(call, "qemu")
+    ops.agent_check(call.cluster, guest)
+    return {"result": {"id": "debian", "name": "Debian GNU/Linux", "version-id": "12",
+                       "kernel-release": "6.1.0-28-amd64", "machine": "x86_64"}}

@@ -1,0 +1,278 @@
+"""How simulated objects look in API answers (the field sets PVE documents)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keel.sim import load
+from keel.sim.cluster import GiB, MiB, Cluster
+from keel.sim.guests import SimGuest
+
+NET_RATE = 40_000        # bytes/s a running guest moves on its NIC, for the counters
+DISK_RATE = 120_000
+
+
+def _uptime(cluster: Cluster, guest: SimGuest) -> int:
+    if guest.status != "running" or guest.started_at is None:
+        return 0
+    return max(0, int(cluster.t - guest.started_at))
+
+
+def _boot_disk(guest: SimGuest) -> int:
+    for volume in guest.volumes():
+        if not volume.cdrom and not volume.key.startswith("unused"):
+            return volume.size
+    return 0
+
+
+def guest_usage_fields(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
+    """The usage fields shared by /cluster/resources, the node lists and status/current."""
+    cpu, mem = cluster.guest_usage(guest)
+    uptime = _uptime(cluster, guest)
+    maxdisk = _boot_disk(guest)
+    fields: dict[str, Any] = {
+        "cpu": round(cpu, 6), "maxcpu": cluster.guest_maxcpu(guest),
+        "mem": mem, "maxmem": guest.maxmem,
+        "disk": int(maxdisk * 0.4) if guest.type == "lxc" and guest.status == "running" else 0,
+        "maxdisk": maxdisk, "uptime": uptime,
+        "netin": uptime * NET_RATE, "netout": uptime * NET_RATE // 2,
+        "diskread": uptime * DISK_RATE, "diskwrite": uptime * DISK_RATE // 3,
+    }
+    if guest.type == "qemu":
+        fields["memhost"] = mem + (64 * MiB if guest.status == "running" else 0)
+    return fields
+
+
+def guest_status(cluster: Cluster, guest: SimGuest) -> str:
+    if not cluster.nodes[guest.node].online:
+        return "unknown"
+    return guest.status
+
+
+def guest_resource(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": f"{guest.type}/{guest.vmid}", "type": guest.type, "vmid": guest.vmid,
+        "node": guest.node, "name": guest.name, "status": guest_status(cluster, guest),
+        "template": int(guest.template),
+    }
+    if cluster.nodes[guest.node].online:
+        entry.update(guest_usage_fields(cluster, guest))
+    else:
+        entry.update(maxcpu=cluster.guest_maxcpu(guest), maxmem=guest.maxmem,
+                     maxdisk=_boot_disk(guest))
+    if guest.tags:
+        entry["tags"] = guest.tags
+    if guest.lock:
+        entry["lock"] = guest.lock
+    pool = cluster.pool_of(guest.vmid)
+    if pool:
+        entry["pool"] = pool
+    hastate = cluster.ha.hastate(guest)
+    if hastate:
+        entry["hastate"] = hastate
+    return entry
+
+
+def node_resource(cluster: Cluster, name: str, with_usage: bool = True) -> dict[str, Any]:
+    node = cluster.nodes[name]
+    entry: dict[str, Any] = {
+        "id": f"node/{name}", "type": "node", "node": name,
+        "status": "online" if node.online else "offline", "level": node.spec.level,
+        "maxcpu": node.spec.cpus, "maxmem": node.spec.memory, "maxdisk": node.spec.rootfs,
+        "cgroup-mode": 2, "host-arch": "x86_64",
+    }
+    if with_usage and node.online:
+        cpu, mem = cluster.node_usage(name)
+        entry.update(cpu=round(cpu, 6), mem=mem, disk=node.spec.rootfs_used,
+                     uptime=int(cluster.t - node.booted_at))
+    if cluster.ha.active() or cluster.ha.maintenance:
+        entry["hastate"] = cluster.ha.node_status.get(name, "online")
+    return entry
+
+
+def storage_used(cluster: Cluster, storage: str, node: str | None) -> int:
+    """Thin-provisioned: 60 % of every volume's size on the storage (and node, if local)."""
+    total = 0
+    for guest in cluster.guests.values():
+        if node is not None and guest.node != node:
+            continue
+        for volume in guest.volumes():
+            if volume.storage == storage and not volume.cdrom:
+                total += volume.size
+    return int(total * 0.6)
+
+
+def storage_status(cluster: Cluster, name: str, node: str) -> dict[str, Any]:
+    storage = cluster.storages[name]
+    spec = storage.spec
+    used = storage_used(cluster, name, None if spec.shared else node)
+    if spec.type == "dir" and not spec.shared:
+        used += 20 * GiB
+    total = spec.size
+    return {"storage": name, "type": spec.type, "content": ",".join(spec.content),
+            "shared": int(spec.shared), "active": 1, "enabled": 1, "total": total,
+            "used": min(used, total), "avail": max(0, total - used),
+            "used_fraction": round(min(used, total) / total, 6) if total else 0.0}
+
+
+def storage_resources(cluster: Cluster) -> list[dict[str, Any]]:
+    entries = []
+    for node_name in sorted(cluster.nodes):
+        node = cluster.nodes[node_name]
+        for name in sorted(cluster.storages):
+            storage = cluster.storages[name]
+            if not storage.available_on(node_name):
+                continue
+            status = storage_status(cluster, name, node_name)
+            entry: dict[str, Any] = {
+                "id": f"storage/{node_name}/{name}", "type": "storage", "storage": name,
+                "node": node_name, "status": "available" if node.online else "unknown",
+                "content": status["content"], "shared": status["shared"],
+                "plugintype": storage.spec.type,
+            }
+            if node.online:
+                entry.update(disk=status["used"], maxdisk=status["total"])
+            entries.append(entry)
+    return entries
+
+
+def guest_list_entry(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
+    """An entry of ``GET /nodes/{node}/qemu`` or ``/lxc`` (no ``node`` field)."""
+    entry: dict[str, Any] = {"vmid": guest.vmid, "status": guest.status, "name": guest.name}
+    fields = guest_usage_fields(cluster, guest)
+    entry.update(fields)
+    entry["cpus"] = fields["maxcpu"]
+    if guest.type == "lxc":
+        entry["type"] = "lxc"
+        entry["maxswap"] = int(guest.config.get("swap", 512)) * MiB
+        entry["swap"] = 0
+    if guest.status == "running":
+        entry["pid"] = 10000 + guest.vmid
+        if cluster.version.startswith("9"):
+            cpu = fields["cpu"]
+            entry["pressurecpusome"] = load.cpu_pressure(cpu)
+            entry["pressurecpufull"] = round(load.cpu_pressure(cpu) * 0.5, 2)
+            some, full = load.io_pressure(cluster.seed, guest.vmid, cluster.t)
+            entry["pressureiosome"], entry["pressureiofull"] = some, full
+            msome, mfull = load.mem_pressure(fields["mem"] / guest.maxmem if guest.maxmem else 0)
+            entry["pressurememorysome"], entry["pressurememoryfull"] = msome, mfull
+    if guest.tags:
+        entry["tags"] = guest.tags
+    if guest.lock:
+        entry["lock"] = guest.lock
+    if guest.template:
+        entry["template"] = 1
+    return entry
+
+
+def node_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    node = cluster.nodes[name]
+    spec = node.spec
+    cpu, mem = cluster.node_usage(name)
+    threads = spec.cpus
+    load1 = cpu * threads
+    return {
+        "uptime": int(cluster.t - node.booted_at), "idle": 0,
+        "loadavg": [f"{load1:.2f}", f"{load1 * 0.95:.2f}", f"{load1 * 0.9:.2f}"],
+        "cpu": round(cpu, 6), "wait": 0.002,
+        "cpuinfo": {"cpus": threads, "cores": spec.cores, "sockets": spec.sockets,
+                    "model": spec.cpu_model, "mhz": "2999.998", "hvm": "1", "user_hz": 100,
+                    "flags": "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr svm"},
+        "memory": {"total": spec.memory, "used": mem, "free": spec.memory - mem,
+                   "available": spec.memory - mem},
+        "swap": {"total": 8 * GiB, "used": 0, "free": 8 * GiB},
+        "ksm": {"shared": 0},
+        "rootfs": {"total": spec.rootfs, "used": spec.rootfs_used,
+                   "free": spec.rootfs - spec.rootfs_used, "avail": spec.rootfs - spec.rootfs_used},
+        "kversion": "Linux 6.14.11-4-pve #1 SMP PREEMPT_DYNAMIC PMX 6.14.11-4",
+        "current-kernel": {"sysname": "Linux", "release": "6.14.11-4-pve",
+                           "version": "#1 SMP PREEMPT_DYNAMIC PMX 6.14.11-4", "machine": "x86_64"},
+        "boot-info": {"mode": "efi", "secureboot": 0},
+        "pveversion": f"pve-manager/{cluster.version}/{cluster.repoid}",
+    }
+
+
+# -- rrddata -----------------------------------------------------------------------
+
+TIMEFRAMES = {"hour": (60, 60), "day": (60, 1440), "week": (1800, 336),
+              "month": (1800, 1440), "year": (21600, 1440), "decade": (604800, 570)}
+
+
+def _rows(cluster: Cluster, timeframe: str) -> list[float]:
+    step, count = TIMEFRAMES[timeframe]
+    newest = (cluster.t // step) * step - step   # the newest complete bucket
+    return [newest - step * i for i in range(count - 1, -1, -1)]
+
+
+def _samples(step: float, t: float) -> list[float]:
+    k = min(6, max(2, int(step // load.SAMPLE_S)))
+    return [t + step * (i + 0.5) / k for i in range(k)]
+
+
+def node_rrd(cluster: Cluster, name: str, timeframe: str, cf: str) -> list[dict[str, Any]]:
+    node = cluster.nodes[name]
+    spec = node.spec
+    guests = [g for g in cluster.guests.values() if g.node == name and g.status == "running"]
+    pick = max if cf == "MAX" else (lambda xs: sum(xs) / len(xs))
+    step, _ = TIMEFRAMES[timeframe]
+    pve9 = cluster.version.startswith("9")
+    rows = []
+    for t in _rows(cluster, timeframe):
+        if t < node.booted_at:
+            continue
+        cpus, mems = [], []
+        for s in _samples(step, t):
+            cores, mem = spec.overhead_cpu, spec.overhead_mem
+            for guest in guests:
+                if guest.started_at is not None and guest.started_at > s:
+                    continue
+                cores += load.cpu_frac(guest.cpu_base, guest.profile, cluster.seed, guest.vmid, s)\
+                    * cluster.guest_maxcpu(guest)
+                mem += load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, s)
+            cpus.append(min(1.0, cores / spec.cpus))
+            mems.append(min(spec.memory, mem))
+        cpu, mem = pick(cpus), pick(mems)
+        row: dict[str, Any] = {
+            "time": int(t), "loadavg": round(cpu * spec.cpus, 2), "maxcpu": spec.cpus,
+            "cpu": round(cpu, 6), "iowait": 0.002, "memtotal": spec.memory, "memused": int(mem),
+            "memavailable": int(spec.memory - mem), "arcsize": 0, "swaptotal": 8 * GiB,
+            "swapused": 0, "roottotal": spec.rootfs, "rootused": spec.rootfs_used,
+            "netin": 1_200_000.0, "netout": 900_000.0,
+        }
+        if pve9:
+            row["pressurecpusome"] = load.cpu_pressure(cpu)
+            row["pressureiosome"], row["pressureiofull"] = load.io_pressure(cluster.seed, -spec.cpus, t)
+            row["pressurememorysome"], row["pressurememoryfull"] = load.mem_pressure(mem / spec.memory)
+        rows.append(row)
+    return rows
+
+
+def guest_rrd(cluster: Cluster, guest: SimGuest, timeframe: str, cf: str) -> list[dict[str, Any]]:
+    pick = max if cf == "MAX" else (lambda xs: sum(xs) / len(xs))
+    step, _ = TIMEFRAMES[timeframe]
+    maxcpu = cluster.guest_maxcpu(guest)
+    pve9 = cluster.version.startswith("9")
+    maxdisk = _boot_disk(guest)
+    rows = []
+    for t in _rows(cluster, timeframe):
+        running = guest.status == "running" and (guest.started_at is None or guest.started_at <= t)
+        row: dict[str, Any] = {"time": int(t), "maxcpu": maxcpu, "maxmem": guest.maxmem,
+                               "maxdisk": maxdisk}
+        if running:
+            samples = _samples(step, t)
+            cpu = pick([load.cpu_frac(guest.cpu_base, guest.profile, cluster.seed, guest.vmid, s)
+                        for s in samples])
+            mem = pick([load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, s) for s in samples])
+            row.update(cpu=round(cpu, 6), mem=int(mem), disk=0, netin=float(NET_RATE),
+                       netout=float(NET_RATE / 2), diskread=float(DISK_RATE),
+                       diskwrite=float(DISK_RATE / 3))
+            if guest.type == "qemu":
+                row["memhost"] = int(mem) + 64 * MiB
+            if pve9:
+                row["pressurecpusome"] = load.cpu_pressure(cpu)
+                row["pressurecpufull"] = round(load.cpu_pressure(cpu) * 0.5, 2)
+                row["pressureiosome"], row["pressureiofull"] = load.io_pressure(cluster.seed, guest.vmid, t)
+                row["pressurememorysome"], row["pressurememoryfull"] = load.mem_pressure(
+                    mem / guest.maxmem if guest.maxmem else 0)
+        rows.append(row)
+    return rows

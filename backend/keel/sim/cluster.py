@@ -1,0 +1,344 @@
+"""The state of a simulated cluster and its clock-driven events.
+
+Everything happens under one lock and in simulated time: ``sync()`` runs every event
+that is due (a migration ending, an HA round) before a request reads or writes state,
+so no thread runs the cluster in the background and a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from keel.sim import load, scenario as sc
+from keel.sim.access import Access, Auth
+from keel.sim.clock import Clock
+from keel.sim.errors import ApiError
+from keel.sim.guests import SimGuest, config_from_spec
+from keel.sim.schema import Schema, parse_property_string
+from keel.sim.tasks import Task, format_upid
+
+GiB = 1024**3
+MiB = 1024**2
+TASK_HISTORY = 2000
+
+
+@dataclass
+class SimNode:
+    spec: sc.Node
+    nodeid: int
+    online: bool
+    booted_at: float
+    next_pid: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Storage:
+    spec: sc.Storage
+
+    @property
+    def name(self) -> str:
+        return self.spec.storage
+
+    def available_on(self, node: str) -> bool:
+        return self.spec.nodes is None or node in self.spec.nodes
+
+
+class Cluster:
+    """One simulated Proxmox VE cluster."""
+
+    def __init__(self, scenario: sc.Scenario, clock: Clock | None = None,
+                 schema: Schema | None = None):
+        self.scenario = scenario
+        self.schema = schema or Schema.load()
+        self.clock = clock or Clock(scenario.start_time, 1.0)
+        self.lock = threading.RLock()
+        self.t = self.clock.now()
+        self.seed = scenario.seed
+        self.rng = random.Random(scenario.seed)
+        self.version = scenario.pve_version
+        self.repoid = "a1b2c3d4e5f60718"
+        self.forced_quorum_loss = False
+        self.access = Access(scenario.users, scenario.roles, scenario.acl)
+        self.nodes: dict[str, SimNode] = {}
+        for index, spec in enumerate(scenario.nodes):
+            self.nodes[spec.name] = SimNode(spec, index + 1, spec.online,
+                                            self.t - 86400 * (3 + index), 0x1000 + 0x100 * index)
+        self.storages = {s.storage: Storage(s) for s in scenario.storages}
+        self.pools: dict[str, dict[str, Any]] = {
+            name: {"comment": comment, "storage": set()} for name, comment in scenario.pools.items()}
+        self.guest_pool: dict[int, str] = {}
+        self.guests: dict[int, SimGuest] = {}
+        for spec in scenario.guests:
+            guest = SimGuest(spec.vmid, spec.type, spec.node, config_from_spec(spec),
+                             cpu_base=spec.cpu, mem_base=spec.mem_used,
+                             profile=scenario.profiles.get(spec.profile) if spec.profile else None,
+                             boot_s=spec.boot_s)
+            if spec.status == "running":
+                guest.status = "running"
+                guest.started_at = self.t - 3600 * 24 - spec.vmid % 7919
+            self.guests[spec.vmid] = guest
+            if spec.pool:
+                self.guest_pool[spec.vmid] = spec.pool
+        self.options: dict[str, Any] = self._options(scenario.cluster_options)
+        self.tasks: dict[str, Task] = {}
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._usage_sample: int | None = None
+        self._node_usage: dict[str, tuple[float, int]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.request_seq = itertools.count(1)
+        self.endpoint_faults = list(scenario.faults.endpoints)
+        self.migration_faults = list(scenario.faults.migrations)
+        self.auth_delay_s = scenario.faults.auth_delay_s
+        self.fault_rng = random.Random(scenario.seed + 1)
+        from keel.sim.ha import HaManager  # late: ha imports this module
+        self.ha = HaManager(self, scenario)
+        for node in self.nodes.values():
+            if node.spec.maintenance:
+                self.ha.node_maintenance(node.name, True)
+
+    # -- options -----------------------------------------------------------------
+
+    def _options(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """datacenter.cfg from the scenario, checked against the schema's formats."""
+        props = self.schema.endpoint("PUT", "/cluster/options").properties
+        options: dict[str, Any] = {}
+        errors = []
+        for key, value in raw.items():
+            spec = props.get(key)
+            if spec is None or key == "delete":
+                errors.append(f"cluster_options.{key}: not a datacenter.cfg option")
+                continue
+            if isinstance(value, dict):
+                value = ",".join(f"{k}={_flag(v)}" for k, v in value.items())
+            try:
+                if isinstance(spec.get("format"), dict):
+                    options[key] = parse_property_string(spec["format"], str(value))
+                else:
+                    from keel.sim.schema import check_value
+                    options[key] = check_value(spec, value)
+            except ValueError as err:
+                errors.append(f"cluster_options.{key}: {err}")
+        if errors:
+            from keel.errors import InvalidError
+            raise InvalidError("scenario: " + "; ".join(errors))
+        return options
+
+    @property
+    def crs(self) -> dict[str, Any]:
+        return dict(self.options.get("crs", {}))
+
+    # -- time and events ---------------------------------------------------------
+
+    def sync(self) -> float:
+        """Run every event due by now; return now."""
+        now = self.clock.now()
+        while self._events and self._events[0][0] <= now:
+            at, _, action = heapq.heappop(self._events)
+            self.t = max(self.t, at)
+            action()
+        self.t = max(self.t, now)
+        return self.t
+
+    def schedule(self, at: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (at, next(self._seq), action))
+
+    def next_event_at(self) -> float | None:
+        return self._events[0][0] if self._events else None
+
+    # -- lookups -----------------------------------------------------------------
+
+    def node(self, name: str) -> SimNode:
+        node = self.nodes.get(name)
+        if node is None:
+            raise ApiError(500, f"no such cluster node '{name}'")
+        return node
+
+    def guest(self, vmid: int, node: str | None = None, kind: str | None = None) -> SimGuest:
+        guest = self.guests.get(int(vmid))
+        if guest is None or (node is not None and guest.node != node) or (
+                kind is not None and guest.type != kind):
+            where = node or (guest.node if guest else "localhost")
+            folder = "qemu-server" if (kind or "qemu") == "qemu" else "lxc"
+            raise ApiError(500, f"Configuration file 'nodes/{where}/{folder}/{vmid}.conf' does not exist")
+        return guest
+
+    def pool_of(self, vmid: int) -> str | None:
+        return self.guest_pool.get(vmid)
+
+    @property
+    def quorate(self) -> bool:
+        if self.forced_quorum_loss:
+            return False
+        online = sum(1 for n in self.nodes.values() if n.online)
+        return online * 2 > len(self.nodes)
+
+    def require_quorum(self) -> None:
+        if not self.quorate:
+            raise ApiError(500, "cluster not ready - no quorum?")
+
+    # -- usage -------------------------------------------------------------------
+
+    def guest_usage(self, guest: SimGuest, at: float | None = None) -> tuple[float, int]:
+        """(cpu fraction of its own cpus, memory bytes) at ``at`` (default: the current sample)."""
+        if guest.status != "running" or not self.nodes[guest.node].online:
+            return 0.0, 0
+        t = self._sample_time() if at is None else at
+        cpu = load.cpu_frac(guest.cpu_base, guest.profile, self.seed, guest.vmid, t)
+        mem = load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, t)
+        return cpu, mem
+
+    def guest_maxcpu(self, guest: SimGuest) -> float:
+        return guest.maxcpu or float(self.nodes[guest.node].spec.cpus)
+
+    def node_usage(self, name: str) -> tuple[float, int]:
+        """(cpu fraction of all threads, memory bytes), refreshed every 10 s of simulated time."""
+        sample = int(self.t // load.SAMPLE_S)
+        if sample != self._usage_sample:
+            self._usage_sample = sample
+            self._node_usage = self._compute_node_usage(self._sample_time())
+        return self._node_usage.get(name, (0.0, 0))
+
+    def _compute_node_usage(self, t: float) -> dict[str, tuple[float, int]]:
+        cores = {name: n.spec.overhead_cpu for name, n in self.nodes.items()}
+        mem = {name: n.spec.overhead_mem for name, n in self.nodes.items()}
+        for guest in self.guests.values():
+            if guest.status != "running":
+                continue
+            cpu, used = self.guest_usage(guest, t)
+            cores[guest.node] += cpu * self.guest_maxcpu(guest)
+            mem[guest.node] += used
+            if guest.migration is not None and guest.migration.online:
+                mem[guest.migration.target] += used
+        result = {}
+        for name, node in self.nodes.items():
+            if not node.online:
+                result[name] = (0.0, 0)
+                continue
+            result[name] = (min(1.0, cores[name] / node.spec.cpus), min(node.spec.memory, mem[name]))
+        return result
+
+    def invalidate_usage(self) -> None:
+        """Memory reservations (a migration starting) show at once, not at the next sample."""
+        self._usage_sample = None
+
+    def _sample_time(self) -> float:
+        return (self.t // load.SAMPLE_S) * load.SAMPLE_S
+
+    def node_usage_at(self, name: str, t: float) -> tuple[float, int]:
+        """Usage of ``name`` at a past instant, from the guests it holds now (for rrddata)."""
+        node = self.nodes[name]
+        cores = node.spec.overhead_cpu
+        mem = node.spec.overhead_mem
+        for guest in self.guests.values():
+            if guest.node != name or guest.status != "running":
+                continue
+            if guest.started_at is not None and guest.started_at > t:
+                continue
+            cpu = load.cpu_frac(guest.cpu_base, guest.profile, self.seed, guest.vmid, t)
+            cores += cpu * self.guest_maxcpu(guest)
+            mem += load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, t)
+        return min(1.0, cores / node.spec.cpus), min(node.spec.memory, mem)
+
+    # -- tasks -------------------------------------------------------------------
+
+    def new_task(self, node: str, kind: str, ident: str, user: str) -> Task:
+        sim_node = self.nodes[node]
+        sim_node.next_pid += 1 + self.rng.randrange(40)
+        pid = sim_node.next_pid
+        pstart = int((self.t - sim_node.booted_at) * 100) & 0xFFFFFFFF
+        start = int(self.t)
+        upid = format_upid(node, pid, pstart, start, kind, ident, user)
+        task = Task(upid, node, pid, pstart, start, kind, ident, user)
+        self.tasks[upid] = task
+        if len(self.tasks) > TASK_HISTORY:
+            for old in [u for u, t in self.tasks.items() if not t.running][: len(self.tasks) - TASK_HISTORY]:
+                del self.tasks[old]
+        return task
+
+    def task(self, upid: str, node: str | None = None) -> Task:
+        task = self.tasks.get(upid)
+        if task is None or (node is not None and task.node != node):
+            raise ApiError(500, f"unable to parse worker upid '{upid}'" if not upid.startswith("UPID:")
+                           else f"no such task")
+        return task
+
+    def quick_task(self, node: str, kind: str, ident: str, user: str, duration: float,
+                   lines: list[str], on_done: Callable[[], str | None] | None = None) -> Task:
+        """A task that logs ``lines`` and ends after ``duration``; ``on_done`` may return an error."""
+        task = self.new_task(node, kind, ident, user)
+        for line in lines:
+            task.log(self.t, line)
+
+        def finish() -> None:
+            if not task.running:
+                return
+            error = on_done() if on_done else None
+            task.finish(self.t, error or "OK")
+        self.schedule(self.t + duration, finish)
+        return task
+
+    # -- node faults -------------------------------------------------------------
+
+    def set_node_online(self, name: str, online: bool) -> None:
+        node = self.node(name)
+        if node.online == online:
+            return
+        node.online = online
+        self.invalidate_usage()
+        if not online:
+            for task in list(self.tasks.values()):
+                if task.running and (task.node == name or task.info.get("target") == name):
+                    if task.on_abort:
+                        task.on_abort(self.t, f"node '{name}' lost")
+                    task.finish(self.t, f"migration aborted: connection to node '{name}' lost"
+                                if task.type in ("qmigrate", "vzmigrate") else f"node '{name}' lost")
+            self.ha.node_lost(name)
+        else:
+            node.booted_at = self.t
+            for guest in self.guests.values():
+                if guest.node == name and guest.status == "running" and not self.ha.managed(guest):
+                    guest.status, guest.started_at = "stopped", None
+            self.ha.node_back(name)
+
+    # -- request log -------------------------------------------------------------
+
+    def log_request(self, method: str, path: str, user: str | None, status: int) -> None:
+        self.requests.append({"seq": next(self.request_seq), "time": self.t, "method": method,
+                              "path": path, "user": user, "status": status})
+        if len(self.requests) > 100000:
+            del self.requests[:50000]
+
+    def next_vmid(self) -> int:
+        bounds = self.options.get("next-id", {})
+        lower, upper = int(bounds.get("lower", 100)), int(bounds.get("upper", 1000000))
+        vmid = lower
+        while vmid in self.guests:
+            vmid += 1
+        if vmid >= upper:
+            raise ApiError(500, "unable to get any free VMID in range [%d, %d)" % (lower, upper))
+        return vmid
+
+    def auth_node_name(self) -> str:
+        return self.scenario.local_node
+
+
+def _flag(value: Any) -> Any:
+    if value is True:
+        return 1
+    if value is False:
+        return 0
+    return value
+
+
+def describe(auth: Auth | None) -> str:
+    return auth.name if auth else "-"

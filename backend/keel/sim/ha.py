@@ -1,0 +1,525 @@
+"""The HA stack in miniature: resources, rules (PVE 9) or groups (PVE 8), and a CRM that
+works in rounds every 10 s of simulated time.
+
+What it does, as pve-ha-manager does: queued ``migrate``/``relocate`` commands become
+real migrations started by the LRM on the source node (``qmigrate`` as root@pam);
+requested states are enforced (start/stop); services leave a node in maintenance and
+come back afterwards; services follow their node-affinity (failback) and positive
+resource-affinity partners move along; services of a lost node are fenced and
+recovered elsewhere.  Proxmox's own auto-rebalancer is not emulated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from keel.sim import ops, scenario as sc
+from keel.sim.cluster import Cluster
+from keel.sim.errors import ApiError
+from keel.sim.guests import SimGuest
+
+ROUND_S = 10.0
+FENCE_DELAY_S = 60.0
+RESOURCE_DEFAULTS = {"state": "started", "failback": 1, "max_restart": 1, "max_relocate": 1}
+
+
+def parse_nodes(text: str) -> dict[str, int]:
+    """``pve1:2,pve2`` → ``{'pve1': 2, 'pve2': 0}``."""
+    result = {}
+    for part in (p.strip() for p in str(text).split(",") if p.strip()):
+        name, _, prio = part.partition(":")
+        result[name] = int(prio) if prio else 0
+    return result
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha1(repr(data).encode()).hexdigest()
+
+
+class HaManager:
+    def __init__(self, cluster: Cluster, scenario: sc.Scenario):
+        self.cluster = cluster
+        self.pve9 = scenario.pve_major >= 9
+        self.resources: dict[str, dict[str, Any]] = {}
+        self.rules: dict[str, dict[str, Any]] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.service: dict[str, dict[str, Any]] = {}
+        self.commands: list[tuple[str, str, str]] = []
+        self.node_status: dict[str, str] = {
+            n: "online" if node.online else "unknown" for n, node in cluster.nodes.items()}
+        self.maintenance: set[str] = set()
+        self.lost_at: dict[str, float] = {}
+        self.round_scheduled = False
+        self.master = next((n for n, node in cluster.nodes.items() if node.online), "")
+        self.last_round = cluster.t
+        self.uid = 0
+        for rule in scenario.ha_rules:
+            entry: dict[str, Any] = {"type": rule.type, "resources": ",".join(rule.resources),
+                                     "disable": int(rule.disable), "comment": rule.comment}
+            if rule.type == "node-affinity":
+                entry.update(nodes=rule.nodes, strict=int(rule.strict))
+            else:
+                entry.update(affinity=rule.affinity)
+            self.rules[rule.rule] = entry
+        for group in scenario.ha_groups:
+            self.groups[group.group] = {"nodes": group.nodes, "restricted": int(group.restricted),
+                                        "nofailback": int(group.nofailback), "comment": group.comment}
+        for spec in scenario.guests:
+            if spec.ha is not None:
+                sid = f"{'vm' if spec.type == 'qemu' else 'ct'}:{spec.vmid}"
+                self.resources[sid] = {
+                    "type": sid[:2], "state": spec.ha.state, "failback": int(spec.ha.failback),
+                    "max_restart": spec.ha.max_restart, "max_relocate": spec.ha.max_relocate,
+                    "comment": spec.ha.comment}
+                if spec.ha.group:
+                    self.resources[sid]["group"] = spec.ha.group
+                guest = cluster.guests[spec.vmid]
+                self.service[sid] = {"node": guest.node, "state": self._initial_state(sid, guest),
+                                     "uid": self._uid()}
+        self._ensure_round()
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def _uid(self) -> str:
+        self.uid += 1
+        return hashlib.md5(f"{self.cluster.seed}:{self.uid}".encode()).hexdigest()[:22]
+
+    def _initial_state(self, sid: str, guest: SimGuest) -> str:
+        request = self.resources[sid]["state"]
+        if request == "ignored":
+            return "ignored"
+        if request in ("started", "enabled"):
+            return "started" if guest.status == "running" else "request_start"
+        return "stopped"
+
+    def managed(self, guest: SimGuest) -> bool:
+        return guest.sid in self.resources
+
+    def active(self) -> bool:
+        return bool(self.resources)
+
+    def _ensure_round(self) -> None:
+        if self.round_scheduled or not self.resources:
+            return
+        self.round_scheduled = True
+        at = (self.cluster.t // ROUND_S + 1) * ROUND_S
+        self.cluster.schedule(at, self._round)
+
+    def hastate(self, guest: SimGuest) -> str | None:
+        sid = guest.sid
+        if sid not in self.resources:
+            return None
+        if self.resources[sid]["state"] == "ignored":
+            return "ignored"
+        return self.service.get(sid, {}).get("state", "started")
+
+    # -- placement rules -------------------------------------------------------------
+
+    def effective_rules(self) -> list[dict[str, Any]]:
+        """Enabled rules; on PVE 8, groups as the node-affinity rules they become in PVE 9."""
+        if self.pve9:
+            return [dict(r, rule=name) for name, r in sorted(self.rules.items()) if not r.get("disable")]
+        rules = []
+        for name, group in sorted(self.groups.items()):
+            members = [sid for sid, res in sorted(self.resources.items()) if res.get("group") == name]
+            if members:
+                rules.append({"rule": f"ha-group-{name}", "type": "node-affinity",
+                              "resources": ",".join(members), "nodes": group["nodes"],
+                              "strict": group["restricted"]})
+        return rules
+
+    def _rules_for(self, sid: str, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.effective_rules() if r["type"] == kind
+                and sid in r["resources"].split(",")]
+
+    def _partners(self, sid: str, affinity: str) -> list[str]:
+        found = set()
+        for rule in self._rules_for(sid, "resource-affinity"):
+            if rule.get("affinity") == affinity:
+                found.update(s for s in rule["resources"].split(",") if s != sid)
+        return sorted(found)
+
+    def _failback(self, sid: str) -> bool:
+        if not self.pve9:
+            group = self.resources[sid].get("group")
+            if group and self.groups.get(group, {}).get("nofailback"):
+                return False
+        return bool(int(self.resources[sid].get("failback", 1)))
+
+    def allowed_nodes(self, sid: str, online: list[str]) -> list[str]:
+        """Nodes the CRM would place ``sid`` on: the best priority class of its rule."""
+        rules = self._rules_for(sid, "node-affinity")
+        if not rules:
+            return online
+        nodes = parse_nodes(rules[0]["nodes"])
+        candidates = [n for n in online if n in nodes]
+        if not candidates:
+            return [] if int(rules[0].get("strict", 0)) else online
+        best = max(nodes[n] for n in candidates)
+        return sorted(n for n in candidates if nodes[n] == best)
+
+    def blocking_resources(self, guest: SimGuest, node: str) -> list[dict[str, str]]:
+        if guest.sid not in self.resources:
+            return []
+        blocking = []
+        for partner in self._partners(guest.sid, "negative"):
+            vmid = int(partner.split(":")[1])
+            other = self.cluster.guests.get(vmid)
+            if other is not None and other.node == node:
+                blocking.append({"sid": partner, "cause": "resource-affinity"})
+        return blocking
+
+    def dependent_resources(self, guest: SimGuest) -> list[str]:
+        if guest.sid not in self.resources:
+            return []
+        return [p for p in self._partners(guest.sid, "positive") if p in self.resources]
+
+    def _online_nodes(self) -> list[str]:
+        return sorted(n for n, node in self.cluster.nodes.items()
+                      if node.online and n not in self.maintenance)
+
+    def select_node(self, sid: str, exclude: set[str] = frozenset()) -> str | None:
+        online = [n for n in self._online_nodes() if n not in exclude]
+        candidates = self.allowed_nodes(sid, online)
+        for partner in self._partners(sid, "negative"):
+            other = self.cluster.guests.get(int(partner.split(":")[1]))
+            if other is not None:
+                candidates = [n for n in candidates if n != other.node]
+        if not candidates:
+            return None
+        mode = self.cluster.crs.get("ha", "basic")
+
+        def score(node: str) -> tuple[float, str]:
+            if mode == "basic":
+                return (float(sum(1 for s in self.service.values() if s["node"] == node)), node)
+            spec = self.cluster.nodes[node].spec
+            if mode == "static":
+                cpu = sum(self.cluster.guest_maxcpu(g) for g in self.cluster.guests.values()
+                          if g.node == node and g.status == "running")
+                mem = sum(g.maxmem for g in self.cluster.guests.values()
+                          if g.node == node and g.status == "running")
+                return ((cpu / spec.cpus + mem / spec.memory) / 2, node)
+            cpu_frac, mem = self.cluster.node_usage(node)
+            return ((cpu_frac + mem / spec.memory) / 2, node)
+        return min(candidates, key=score)
+
+    # -- API-facing ----------------------------------------------------------------
+
+    def resource_entries(self) -> list[dict[str, Any]]:
+        entries = []
+        for sid, res in sorted(self.resources.items(), key=lambda kv: _sid_key(kv[0])):
+            entry = {"sid": sid, **{k: v for k, v in res.items() if v != ""}}
+            entry["digest"] = _digest(self.resources)
+            entries.append(entry)
+        return entries
+
+    def add_resource(self, sid: str, params: dict[str, Any]) -> None:
+        if sid in self.resources:
+            raise ApiError(500, f"resource ID '{sid}' already defined")
+        guest = self._guest_for_sid(sid)
+        if "group" in params and self.pve9:
+            raise ApiError(500, "ha groups have been migrated to rules, 'group' is not supported")
+        if params.get("group") and params["group"] not in self.groups:
+            raise ApiError(500, f"HA group '{params['group']}' does not exist")
+        res = {"type": sid[:2], **RESOURCE_DEFAULTS}
+        res.update({k: v for k, v in params.items() if k in (
+            "state", "failback", "max_restart", "max_relocate", "comment", "group")})
+        if res["state"] == "enabled":
+            res["state"] = "started"
+        self.resources[sid] = res
+        self.service[sid] = {"node": guest.node, "state": self._initial_state(sid, guest),
+                             "uid": self._uid()}
+        self._ensure_round()
+
+    def update_resource(self, sid: str, params: dict[str, Any]) -> None:
+        res = self._resource(sid)
+        for key in params.get("delete", "").split(","):
+            if key.strip():
+                res.pop(key.strip(), None)
+        for key in ("state", "failback", "max_restart", "max_relocate", "comment", "group"):
+            if key in params:
+                res[key] = "started" if params[key] == "enabled" else params[key]
+        if res.get("state") == "ignored":
+            self.service[sid]["state"] = "ignored"
+        elif self.service[sid]["state"] == "ignored":
+            guest = self._guest_for_sid(sid)
+            self.service[sid] = {"node": guest.node, "state": self._initial_state(sid, guest),
+                                 "uid": self._uid()}
+
+    def remove_resource(self, sid: str) -> None:
+        self.resources.pop(sid, None)
+        self.service.pop(sid, None)
+        self.commands = [c for c in self.commands if c[1] != sid]
+
+    def _resource(self, sid: str) -> dict[str, Any]:
+        sid = normalise_sid(sid)
+        if sid not in self.resources:
+            raise ApiError(500, f"no such resource '{sid}'")
+        return self.resources[sid]
+
+    def _guest_for_sid(self, sid: str) -> SimGuest:
+        kind, _, vmid = sid.partition(":")
+        guest = self.cluster.guests.get(int(vmid)) if vmid.isdigit() else None
+        if guest is None or (kind == "vm") != (guest.type == "qemu"):
+            raise ApiError(500, f"{'VM' if kind == 'vm' else 'CT'} {vmid} does not exist")
+        return guest
+
+    def queue(self, command: str, sid: str, node: str) -> dict[str, Any] | None:
+        sid = normalise_sid(sid)
+        res = self._resource(sid)
+        if node not in self.cluster.nodes:
+            raise ApiError(500, f"no such cluster node '{node}'")
+        blocking = [{"sid": p, "cause": "resource-affinity"} for p in self._partners(sid, "negative")
+                    if self.cluster.guests.get(int(p.split(":")[1])) is not None
+                    and self.cluster.guests[int(p.split(":")[1])].node == node]
+        comigrated = [p for p in self._partners(sid, "positive") if p in self.resources]
+        if res.get("state") != "ignored" and not blocking:
+            self.commands.append((command, sid, node))
+            for partner in comigrated:
+                self.commands.append((command, partner, node))
+        self._ensure_round()
+        if not self.pve9:
+            return None
+        answer: dict[str, Any] = {"sid": sid, "requested-node": node}
+        if comigrated:
+            answer["comigrated-resources"] = comigrated
+        if blocking:
+            answer["blocking-resources"] = blocking
+        return answer
+
+    def request_state(self, guest: SimGuest, state: str) -> None:
+        self.resources[guest.sid]["state"] = state
+        self._ensure_round()
+
+    def node_maintenance(self, node: str, enable: bool) -> None:
+        if enable:
+            self.maintenance.add(node)
+            self.node_status[node] = "maintenance"
+        else:
+            self.maintenance.discard(node)
+            if self.cluster.nodes[node].online:
+                self.node_status[node] = "online"
+        self._ensure_round()
+
+    def node_lost(self, node: str) -> None:
+        self.lost_at[node] = self.cluster.t
+        self.node_status[node] = "unknown"
+        if self.master == node:
+            online = [n for n, x in self.cluster.nodes.items() if x.online]
+            self.master = online[0] if online else ""
+        self._ensure_round()
+
+    def node_back(self, node: str) -> None:
+        self.lost_at.pop(node, None)
+        self.node_status[node] = "maintenance" if node in self.maintenance else "online"
+        self._ensure_round()
+
+    # -- the CRM round ---------------------------------------------------------------
+
+    def _round(self) -> None:
+        self.round_scheduled = False
+        cluster = self.cluster
+        self.last_round = cluster.t
+        if not self.resources:
+            return
+        if cluster.quorate and self.master:
+            self._fence_lost_nodes()
+            commands, self.commands = self.commands, []
+            for command, sid, node in commands:
+                self._run_command(command, sid, node)
+            for sid in sorted(self.resources, key=_sid_key):
+                self._manage(sid)
+        # Keep rounds going while anything is configured; skip ahead if the clock jumped.
+        self.round_scheduled = True
+        cluster.schedule(max(cluster.t + ROUND_S, (cluster.clock.now() // ROUND_S) * ROUND_S),
+                         self._round)
+
+    def _fence_lost_nodes(self) -> None:
+        for node, since in list(self.lost_at.items()):
+            if self.cluster.t - since < FENCE_DELAY_S:
+                continue
+            self.node_status[node] = "fence"
+            for sid, status in sorted(self.service.items()):
+                if status["node"] != node or self.resources[sid]["state"] == "ignored":
+                    continue
+                guest = self._guest_for_sid(sid)
+                target = self.select_node(sid, exclude={node})
+                if target is None:
+                    status["state"] = "fence"
+                    continue
+                guest.node = target
+                guest.migration = None
+                guest.config.pop("lock", None)
+                status.update(node=target, state="recovery", uid=self._uid())
+                guest.status, guest.started_at = "stopped", None
+            del self.lost_at[node]
+            self.node_status[node] = "unknown"
+            self.cluster.invalidate_usage()
+
+    def _run_command(self, command: str, sid: str, node: str) -> None:
+        status = self.service.get(sid)
+        if status is None or status["state"] not in ("started", "stopped", "request_start"):
+            return
+        if node == status["node"] or not self.cluster.nodes[node].online:
+            return
+        if node in self.maintenance:
+            return
+        if status["state"] in ("stopped", "request_start"):
+            guest = self._guest_for_sid(sid)
+            guest.node = node
+            status["node"] = node
+            return
+        self._migrate(sid, node, relocate=(command == "relocate"))
+
+    def _migrate(self, sid: str, node: str, relocate: bool = False) -> None:
+        status = self.service[sid]
+        guest = self._guest_for_sid(sid)
+        if guest.lock or guest.migration is not None:
+            return
+        source = status["node"]
+        status.update(state="relocate" if relocate or guest.type == "lxc" else "migrate",
+                      target=node, uid=self._uid())
+
+        def done(ok: bool) -> None:
+            status.pop("target", None)
+            status["state"] = "started"
+            status["node"] = guest.node
+            if ok and source in self.maintenance:
+                status["maintenance_node"] = source
+        ops.start_migration(self.cluster, guest, node, "root@pam", online=True,
+                            with_local_disks=True, force=True, restart=guest.type == "lxc",
+                            on_done=done)
+
+    def _manage(self, sid: str) -> None:
+        cluster = self.cluster
+        res = self.resources[sid]
+        status = self.service[sid]
+        request = res["state"]
+        if request == "ignored" or status["state"] in ("migrate", "relocate"):
+            return
+        guest = self._guest_for_sid(sid)
+        status["node"] = guest.node
+        if not cluster.nodes[guest.node].online:
+            return
+        if guest.lock:
+            return
+        if request in ("stopped", "disabled"):
+            if guest.status == "running":
+                status["state"] = "request_stop"
+                ops.stop_guest(cluster, guest, "root@pam", shutdown=True,
+                               on_done=lambda ok: status.update(state="stopped"))
+            else:
+                status["state"] = "stopped"
+            return
+        # requested started
+        if guest.status != "running":
+            if status["state"] != "starting":
+                status["state"] = "starting"
+
+                def started(ok: bool) -> None:
+                    status["state"] = "started" if ok else "error"
+                ops.start_guest(cluster, guest, "root@pam", on_done=started)
+            return
+        status["state"] = "started"
+        online = self._online_nodes()
+        if guest.node in self.maintenance:
+            target = self.select_node(sid, exclude={guest.node})
+            if target:
+                self._migrate(sid, target)
+            return
+        back = status.get("maintenance_node")
+        if back and back in online:
+            status.pop("maintenance_node", None)
+            if back != guest.node:
+                self._migrate(sid, back)
+            return
+        allowed = self.allowed_nodes(sid, online)
+        rules = self._rules_for(sid, "node-affinity")
+        if rules and allowed and guest.node not in allowed:
+            strict = int(rules[0].get("strict", 0))
+            node_prio = parse_nodes(rules[0]["nodes"])
+            if strict or guest.node not in node_prio or self._failback(sid):
+                target = self.select_node(sid)
+                if target and target != guest.node:
+                    self._migrate(sid, target)
+
+    # -- status answers ---------------------------------------------------------------
+
+    def manager_status(self) -> dict[str, Any]:
+        cluster = self.cluster
+        services = {}
+        for sid, status in sorted(self.service.items()):
+            if self.resources.get(sid, {}).get("state") == "ignored":
+                continue
+            entry = {k: v for k, v in status.items()}
+            guest = cluster.guests.get(int(sid.split(":")[1]))
+            entry["running"] = int(guest is not None and guest.status == "running")
+            services[sid] = entry
+        node_status = {n: self.node_status.get(n, "online") for n in sorted(cluster.nodes)}
+        data: dict[str, Any] = {
+            "manager_status": {
+                "master_node": self.master, "timestamp": int(self.last_round),
+                "node_status": node_status, "service_status": services,
+            },
+            "quorum": {"node": cluster.scenario.local_node, "quorate": int(cluster.quorate)},
+            "lrm_status": {
+                n: {"mode": "maintenance" if n in self.maintenance else "active",
+                    "state": "maintenance" if n in self.maintenance else
+                    ("active" if any(s["node"] == n for s in self.service.values())
+                     else "wait_for_agent_lock"),
+                    "timestamp": int(self.last_round), "results": {}}
+                for n, node in sorted(cluster.nodes.items()) if node.online},
+        }
+        return data
+
+    def status_current(self) -> list[dict[str, Any]]:
+        cluster = self.cluster
+        local = cluster.scenario.local_node
+        stamp = int(self.last_round)
+        entries: list[dict[str, Any]] = [
+            {"id": "quorum", "type": "quorum", "node": local,
+             "status": "OK" if cluster.quorate else "No quorum on node '%s'!" % local,
+             "quorate": int(cluster.quorate)}]
+        if self.resources:
+            entries.append({"id": "master", "type": "master", "node": self.master,
+                            "status": f"{self.master} (active, {_ctime(stamp)})", "timestamp": stamp})
+        for name, node in sorted(cluster.nodes.items()):
+            if not node.online:
+                state = "old timestamp - dead?"
+            elif name in self.maintenance:
+                state = "maintenance mode"
+            elif any(s["node"] == name for s in self.service.values()):
+                state = "active"
+            else:
+                state = "idle"
+            entries.append({"id": f"lrm:{name}", "type": "lrm", "node": name,
+                            "status": f"{name} ({state}, {_ctime(stamp)})", "timestamp": stamp})
+        for sid, res in sorted(self.resources.items(), key=lambda kv: _sid_key(kv[0])):
+            status = self.service.get(sid, {})
+            state = status.get("state", "ignored") if res["state"] != "ignored" else "ignored"
+            entry = {"id": f"service:{sid}", "type": "service", "sid": sid,
+                     "node": status.get("node", ""), "crm_state": state, "state": state,
+                     "request_state": res["state"],
+                     "status": f"{sid} ({status.get('node', '')}, {state})",
+                     "failback": int(res.get("failback", 1)),
+                     "max_restart": res.get("max_restart", 1),
+                     "max_relocate": res.get("max_relocate", 1)}
+            if res.get("comment"):
+                entry["comment"] = res["comment"]
+            entries.append(entry)
+        return entries
+
+
+def normalise_sid(sid: str) -> str:
+    return f"vm:{sid}" if str(sid).isdigit() else str(sid)
+
+
+def _sid_key(sid: str) -> tuple[str, int]:
+    kind, _, vmid = sid.partition(":")
+    return kind, int(vmid) if vmid.isdigit() else 0
+
+
+def _ctime(stamp: int) -> str:
+    import time
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(stamp))

@@ -1,0 +1,140 @@
+"""Shared fixtures: a real ``keel sim`` process on a loopback port, and clients for it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKEND = ROOT / "backend"
+DEMO_SCENARIO = BACKEND / "keel" / "sim" / "scenarios" / "demo.yaml"
+DEMO_TOKEN = "keel@pve!keel=6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f"
+DEMO_PASSWORD = "keel-demo"
+
+
+def python_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(BACKEND) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("KEEL_PVE_TOKEN", None)
+    return env
+
+
+@dataclass
+class Sim:
+    """A running simulator process."""
+
+    url: str
+    cert: str
+    process: subprocess.Popen[str]
+    scenario: Path
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def control(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = requests.request(method, f"{self.url}/_sim/{path}", json=body,
+                                    verify=self.cert, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def advance(self, seconds: float) -> float:
+        return self.control("POST", "clock", {"advance": seconds})["time"]
+
+    def requests_log(self, since: int = 0) -> list[dict[str, Any]]:
+        return self.control("GET", f"requests?since={since}")
+
+    def proxmox(self, token: str = DEMO_TOKEN, user: str | None = None,
+                password: str | None = None, **kwargs: Any) -> Any:
+        import proxmoxer
+        if user is not None:
+            return proxmoxer.ProxmoxAPI(self.host, port=self.port, user=user, password=password,
+                                        verify_ssl=self.cert, **kwargs)
+        ident, secret = token.split("=", 1)
+        token_user, name = ident.split("!", 1)
+        return proxmoxer.ProxmoxAPI(self.host, port=self.port, user=token_user, token_name=name,
+                                    token_value=secret, verify_ssl=self.cert, **kwargs)
+
+    def client(self, token: str = DEMO_TOKEN) -> Any:
+        from keel.pve.client import PveClient, Target
+        return PveClient(Target.from_url(self.url, verify=self.cert).with_token(token),
+                         sleep=lambda s: None)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+
+
+def start_sim(scenario: Path, tmp: Path, clock_factor: float = 0.0) -> Sim:
+    tls = tmp / "tls"
+    tmp.mkdir(parents=True, exist_ok=True)
+    log_path = tmp / "sim.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "keel", "sim", "--scenario", str(scenario), "--port", "0",
+             "--clock-factor", str(clock_factor), "--tls-dir", str(tls)],
+            stdout=subprocess.PIPE, stderr=log, text=True, env=python_env())
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        raise RuntimeError(f"keel sim did not start: {line!r} {log_path.read_text()}")
+    return Sim(line.split(" ", 2)[2], str(tls / "sim.crt"), process, scenario)
+
+
+@pytest.fixture
+def sim_factory(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
+    """Start simulators from a scenario file or a dict; all are stopped at the end."""
+    started: list[Sim] = []
+
+    def make(scenario: Path | dict[str, Any] = DEMO_SCENARIO, clock_factor: float = 0.0) -> Sim:
+        if isinstance(scenario, dict):
+            path = tmp_path / f"scenario{len(started)}.yaml"
+            path.write_text(yaml.safe_dump(scenario))
+            scenario = path
+        sim = start_sim(Path(scenario), tmp_path / f"sim{len(started)}", clock_factor)
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        sim.stop()
+
+
+@pytest.fixture
+def sim(sim_factory: Callable[..., Sim]) -> Sim:
+    """The demo cluster with a stopped clock (tests move it with ``sim.advance``)."""
+    return sim_factory()
+
+
+@pytest.fixture(scope="module")
+def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    """One demo simulator for a whole module of read-only tests."""
+    sim = start_sim(DEMO_SCENARIO, tmp_path_factory.mktemp("shared-sim"))
+    yield sim
+    sim.stop()
+
+
+sys.path.insert(0, str(BACKEND))
