@@ -22,7 +22,12 @@ from urllib.parse import urlsplit
 
 import proxmoxer
 import requests
-from proxmoxer.core import AuthenticationError, ResourceException
+from proxmoxer.core import ResourceException
+
+try:
+    from proxmoxer.core import AuthenticationError
+except ImportError:  # proxmoxer 1.x (Debian 12) keeps it in the https backend
+    from proxmoxer.backends.https import AuthenticationError  # type: ignore[no-redef]
 
 from keel.errors import (AuthError, BusyError, InvalidError, KeelError, NotFoundError,
                          PermissionDeniedError, UnavailableError)
