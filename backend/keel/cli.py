@@ -7,6 +7,7 @@ own streams and environment and check stdout, stderr and the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     env = env or Env()
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stdout(env.stdout), contextlib.redirect_stderr(env.stderr):
+            args = parser.parse_args(argv)   # --help, --version and usage errors
     except SystemExit as exit_:
         return int(exit_.code or 0)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
