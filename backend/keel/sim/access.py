@@ -2,8 +2,9 @@
 
 Privileges for a path come from the most specific ACL entry on the way from ``/`` to
 the path (entries above the path count only if they propagate); a user's own entries
-beat its groups' at the same level; a guest in a pool also gets the pool's privileges.
-A token with privilege separation gets the intersection of its own and its user's.
+beat its groups' at the same level; ``NoAccess`` beats everything; a guest or storage in
+a pool also gets the roles set on the pool (never propagating).  A token with privilege
+separation gets the intersection of its own and its user's.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from keel.sim import scenario as sc
 from keel.sim.errors import ApiError
@@ -119,6 +122,10 @@ class Access:
             self.roles[name] = frozenset(privs)
         self.acl = [AclEntry(_norm(a.path), a.ugid, a.kind, a.role, a.propagate) for a in acl]
         self._key = os.urandom(32)
+        # Pool membership lives in the cluster, which replaces these with its live view:
+        # the pools holding an ACL path (/vms/<vmid>, /storage/<id>), and every member path.
+        self.pools_of: Callable[[str], list[str]] = lambda path: []
+        self.pool_member_paths: Callable[[], list[str]] = list
 
     # -- tickets -------------------------------------------------------------------
 
@@ -195,65 +202,114 @@ class Access:
 
     # -- privileges ----------------------------------------------------------------
 
-    def privileges(self, auth: Auth, path: str, pool: str | None = None) -> dict[str, int]:
-        """Privilege → propagate flag for ``auth`` on ``path`` (``pool``: the guest's pool)."""
+    def privileges(self, auth: Auth, path: str) -> dict[str, int]:
+        """Privilege → propagate flag for ``auth`` on ``path`` (RPCEnvironment::permissions)."""
         if auth.is_root:
             return {priv: 1 for priv in sorted(ALL_PRIVS)}
         user = self.users.get(auth.userid)
         if user is None or not user.enable:
             return {}
-        privs = self._user_privileges(user, path, pool, token=None)
+        path = _norm(path)
+        privs = self._compile(user, path, None)
         if auth.tokenid is not None:
             token = user.tokens.get(auth.tokenid)
             if token is None:
                 return {}
             if token.privsep:
-                own = self._user_privileges(user, path, pool, token=auth.tokenid)
-                privs = {p: min(privs[p], own[p]) for p in privs if p in own}
+                own = self._compile(user, path, auth.tokenid)
+                privs = {p: min(privs[p], own[p]) for p in own if p in privs}
         return dict(sorted(privs.items()))
 
-    def has(self, auth: Auth, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
-            pool: str | None = None) -> bool:
-        granted = self.privileges(auth, path, pool)
+    def has(self, auth: Auth, path: str, privs: list[str] | tuple[str, ...],
+            any_of: bool = False) -> bool:
+        granted = self.privileges(auth, path)
         hits = [p in granted for p in privs]
         return any(hits) if any_of else all(hits)
 
-    def _user_privileges(self, user: User, path: str, pool: str | None, token: str | None
-                         ) -> dict[str, int]:
-        result = self._path_privileges(user, _norm(path), token)
-        if pool and path.startswith("/vms/"):
-            for priv, prop in self._path_privileges(user, f"/pool/{pool}", token).items():
-                result[priv] = max(result.get(priv, 0), prop)
-        return result
+    def missing(self, auth: Auth, path: str, privs: list[str] | tuple[str, ...]) -> str | None:
+        """The first of ``privs`` that ``auth`` lacks on ``path`` (what PVE's 403 names)."""
+        granted = self.privileges(auth, path)
+        return next((p for p in privs if p not in granted), None)
 
-    def _path_privileges(self, user: User, path: str, token: str | None) -> dict[str, int]:
+    def _compile(self, user: User, path: str, token: str | None) -> dict[str, int]:
+        """Privileges from the roles on ``path`` plus those a pool gives its members."""
+        roles = self._roles(user, path, token)
+        pool_roles: dict[str, int] = {}
+        for pool in self.pools_of(path):
+            for role in self._roles(user, f"/pool/{pool}", token):
+                pool_roles[role] = 0
+        if pool_roles and "NoAccess" not in roles:
+            if "NoAccess" in pool_roles:
+                roles = {"NoAccess": 0}
+            else:
+                # A pool-derived role never propagates and never overrides an ACL's own.
+                roles = {**pool_roles, **roles}
+        privs: dict[str, int] = {}
+        for role, propagate in roles.items():
+            for priv in self.roles.get(role, frozenset()):
+                privs[priv] = max(privs.get(priv, 0), propagate)
+        return privs
+
+    def _roles(self, user: User, path: str, token: str | None) -> dict[str, int]:
+        """Role → propagate flag on ``path`` (AccessControl::roles): the most specific entry
+        wins; a user's own entries beat its groups'; a token has only its own entries."""
         if token is not None:
-            owners = [("token", f"{user.userid}!{token}")]
-            group_owners: list[tuple[str, str]] = []
+            levels = [[("token", f"{user.userid}!{token}")]]
         else:
-            owners = [("user", user.userid)]
-            group_owners = [("group", g) for g in sorted(user.groups)]
-        result: dict[str, int] = {}
+            levels = [[("user", user.userid)], [("group", g) for g in sorted(user.groups)]]
+        roles: dict[str, int] = {}
         for prefix in _prefixes(path):
             final = prefix == path
-            chosen = self._entries(prefix, owners, final) or self._entries(prefix, group_owners, final)
-            if chosen:
-                result = {}
-                for entry in chosen:
-                    for priv in self.roles.get(entry.role, frozenset()):
-                        result[priv] = max(result.get(priv, 0), int(entry.propagate))
-        return result
+            for owners in levels:
+                found = {e.role: int(e.propagate) for e in self._entries(prefix, owners, final)}
+                if found:
+                    roles = found
+                    break
+        if "NoAccess" in roles:
+            return {"NoAccess": roles["NoAccess"]}
+        return roles
 
     def _entries(self, path: str, owners: list[tuple[str, str]], final: bool) -> list[AclEntry]:
         keys = set(owners)
         return [e for e in self.acl if e.path == path and (e.kind, e.ugid) in keys
                 and (final or e.propagate)]
 
-    def acl_paths(self, auth: Auth) -> list[str]:
-        """Every path that has an ACL entry relevant to ``auth``, plus ``/``."""
-        user = self.users.get(auth.userid)
-        names = {auth.userid, auth.name} | (user.groups if user else set())
-        return sorted({"/"} | {e.path for e in self.acl if e.ugid in names})
+    def effective_permissions(self, auth: Auth) -> dict[str, dict[str, int]]:
+        """Every path PVE looks at for ``GET /access/permissions`` without ``path``: the top
+        levels, every ACL path, and the paths of pool members; those without privileges left out."""
+        paths = {"/", "/access", "/access/groups", "/nodes", "/pool", "/sdn", "/storage", "/vms"}
+        paths |= {e.path for e in self.acl} | set(self.pool_member_paths())
+        result = {}
+        for path in sorted(paths):
+            privs = self.privileges(auth, path)
+            if privs:
+                result[path] = privs
+        return result
+
+    def capabilities(self, auth: Auth) -> dict[str, dict[str, int]]:
+        """The ``cap`` of a login answer (RPCEnvironment::compute_api_permission)."""
+        areas = {"vms": r"VM\.|Permissions\.Modify", "access": r"(User|Group)\.|Permissions\.Modify",
+                 "storage": r"Datastore\.|Permissions\.Modify", "nodes": r"Sys\.|Permissions\.Modify",
+                 "sdn": r"SDN\.|Permissions\.Modify", "dc": r"Sys\.Audit|Sys\.Modify|SDN\.",
+                 "mapping": r"Mapping\.|Permissions.Modify"}
+        caps: dict[str, dict[str, int]] = {area: {} for area in areas}
+        paths = ["/", "/nodes", "/access/groups", "/vms", "/storage", "/sdn", "/mapping"]
+        for path in dict.fromkeys(paths + sorted({e.path for e in self.acl})):
+            privs = self.privileges(auth, path)
+            top = path.split("/")[1] if path != "/" else "dc"
+            if top == "pool":
+                for priv in privs:
+                    if priv.startswith("VM."):
+                        caps["vms"][priv] = 1
+                    elif priv.startswith("Datastore."):
+                        caps["storage"][priv] = 1
+                    elif priv == "Permissions.Modify":
+                        caps["storage"][priv] = caps["vms"][priv] = 1
+            elif top in areas:
+                for priv in privs:
+                    if re.match(areas[top], priv):
+                        caps[top][priv] = 1
+        return {area: dict(sorted(privs.items())) for area, privs in caps.items()}
 
 
 def _norm(path: str) -> str:

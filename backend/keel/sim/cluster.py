@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -76,6 +77,8 @@ class Cluster:
         self.pools: dict[str, dict[str, Any]] = {
             name: {"comment": comment, "storage": set()} for name, comment in scenario.pools.items()}
         self.guest_pool: dict[int, str] = {}
+        self.access.pools_of = self._pools_of
+        self.access.pool_member_paths = self._pool_member_paths
         self.guests: dict[int, SimGuest] = {}
         for spec in scenario.guests:
             guest = SimGuest(spec.vmid, spec.type, spec.node, config_from_spec(spec),
@@ -175,6 +178,21 @@ class Cluster:
     def pool_of(self, vmid: int) -> str | None:
         return self.guest_pool.get(vmid)
 
+    def _pools_of(self, path: str) -> list[str]:
+        """The pools holding the object at an ACL path: a guest is in at most one."""
+        kind, _, ident = path.strip("/").partition("/")
+        if kind == "vms" and ident.isdigit():
+            pool = self.guest_pool.get(int(ident))
+            return [pool] if pool else []
+        if kind == "storage" and ident:
+            return sorted(p for p, data in self.pools.items() if ident in data["storage"])
+        return []
+
+    def _pool_member_paths(self) -> list[str]:
+        paths = [f"/vms/{vmid}" for vmid in self.guest_pool]
+        paths += [f"/storage/{s}" for data in self.pools.values() for s in data["storage"]]
+        return paths
+
     @property
     def quorate(self) -> bool:
         if self.forced_quorum_loss:
@@ -268,8 +286,10 @@ class Cluster:
     def task(self, upid: str, node: str | None = None) -> Task:
         task = self.tasks.get(upid)
         if task is None or (node is not None and task.node != node):
-            raise ApiError(500, f"unable to parse worker upid '{upid}'" if not upid.startswith("UPID:")
-                           else f"no such task")
+            from keel.sim.errors import param_error
+            valid = re.fullmatch(r"UPID:[^:]+:[0-9A-F]{8}:[0-9A-F]{8,9}:[0-9A-F]{8}:[^:]+:[^:]*:[^:]+:",
+                                 upid)
+            raise param_error({"upid": "no such task" if valid else "unable to parse worker upid"})
         return task
 
     def quick_task(self, node: str, kind: str, ident: str, user: str, duration: float,

@@ -18,26 +18,19 @@ from keel.sim import ops, scenario as sc
 from keel.sim.cluster import Cluster
 from keel.sim.errors import ApiError
 from keel.sim.guests import SimGuest
+from keel.sim.ha_rules import Placement, normalise_sid, parse_nodes, sid_key
+from keel.sim.ha_status import StatusViews
 
 ROUND_S = 10.0
 FENCE_DELAY_S = 60.0
 RESOURCE_DEFAULTS = {"state": "started", "failback": 1, "max_restart": 1, "max_relocate": 1}
 
 
-def parse_nodes(text: str) -> dict[str, int]:
-    """``pve1:2,pve2`` → ``{'pve1': 2, 'pve2': 0}``."""
-    result = {}
-    for part in (p.strip() for p in str(text).split(",") if p.strip()):
-        name, _, prio = part.partition(":")
-        result[name] = int(prio) if prio else 0
-    return result
-
-
 def _digest(data: Any) -> str:
     return hashlib.sha1(repr(data).encode()).hexdigest()
 
 
-class HaManager:
+class HaManager(Placement, StatusViews):
     def __init__(self, cluster: Cluster, scenario: sc.Scenario):
         self.cluster = cluster
         self.pve9 = scenario.pve_major >= 9
@@ -114,101 +107,11 @@ class HaManager:
             return "ignored"
         return self.service.get(sid, {}).get("state", "started")
 
-    # -- placement rules -------------------------------------------------------------
-
-    def effective_rules(self) -> list[dict[str, Any]]:
-        """Enabled rules; on PVE 8, groups as the node-affinity rules they become in PVE 9."""
-        if self.pve9:
-            return [dict(r, rule=name) for name, r in sorted(self.rules.items()) if not r.get("disable")]
-        rules = []
-        for name, group in sorted(self.groups.items()):
-            members = [sid for sid, res in sorted(self.resources.items()) if res.get("group") == name]
-            if members:
-                rules.append({"rule": f"ha-group-{name}", "type": "node-affinity",
-                              "resources": ",".join(members), "nodes": group["nodes"],
-                              "strict": group["restricted"]})
-        return rules
-
-    def _rules_for(self, sid: str, kind: str) -> list[dict[str, Any]]:
-        return [r for r in self.effective_rules() if r["type"] == kind
-                and sid in r["resources"].split(",")]
-
-    def _partners(self, sid: str, affinity: str) -> list[str]:
-        found = set()
-        for rule in self._rules_for(sid, "resource-affinity"):
-            if rule.get("affinity") == affinity:
-                found.update(s for s in rule["resources"].split(",") if s != sid)
-        return sorted(found)
-
-    def _failback(self, sid: str) -> bool:
-        if not self.pve9:
-            group = self.resources[sid].get("group")
-            if group and self.groups.get(group, {}).get("nofailback"):
-                return False
-        return bool(int(self.resources[sid].get("failback", 1)))
-
-    def allowed_nodes(self, sid: str, online: list[str]) -> list[str]:
-        """Nodes the CRM would place ``sid`` on: the best priority class of its rule."""
-        rules = self._rules_for(sid, "node-affinity")
-        if not rules:
-            return online
-        nodes = parse_nodes(rules[0]["nodes"])
-        candidates = [n for n in online if n in nodes]
-        if not candidates:
-            return [] if int(rules[0].get("strict", 0)) else online
-        best = max(nodes[n] for n in candidates)
-        return sorted(n for n in candidates if nodes[n] == best)
-
-    def blocking_resources(self, guest: SimGuest, node: str) -> list[dict[str, str]]:
-        if guest.sid not in self.resources:
-            return []
-        blocking = []
-        for partner in self._partners(guest.sid, "negative"):
-            vmid = int(partner.split(":")[1])
-            other = self.cluster.guests.get(vmid)
-            if other is not None and other.node == node:
-                blocking.append({"sid": partner, "cause": "resource-affinity"})
-        return blocking
-
-    def dependent_resources(self, guest: SimGuest) -> list[str]:
-        if guest.sid not in self.resources:
-            return []
-        return [p for p in self._partners(guest.sid, "positive") if p in self.resources]
-
-    def _online_nodes(self) -> list[str]:
-        return sorted(n for n, node in self.cluster.nodes.items()
-                      if node.online and n not in self.maintenance)
-
-    def select_node(self, sid: str, exclude: set[str] = frozenset()) -> str | None:
-        online = [n for n in self._online_nodes() if n not in exclude]
-        candidates = self.allowed_nodes(sid, online)
-        for partner in self._partners(sid, "negative"):
-            other = self.cluster.guests.get(int(partner.split(":")[1]))
-            if other is not None:
-                candidates = [n for n in candidates if n != other.node]
-        if not candidates:
-            return None
-        mode = self.cluster.crs.get("ha", "basic")
-
-        def score(node: str) -> tuple[float, str]:
-            if mode == "basic":
-                return (float(sum(1 for s in self.service.values() if s["node"] == node)), node)
-            spec = self.cluster.nodes[node].spec
-            if mode == "static":
-                cpu = sum(self.cluster.guest_maxcpu(g) for g in self.cluster.guests.values()
-                          if g.node == node and g.status == "running")
-                mem = sum(g.maxmem for g in self.cluster.guests.values()
-                          if g.node == node and g.status == "running")
-                return ((cpu / spec.cpus + mem / spec.memory) / 2, node)
-            cpu_frac, mem = self.cluster.node_usage(node)
-            return ((cpu_frac + mem / spec.memory) / 2, node)
-        return min(candidates, key=score)
-
     # -- API-facing ----------------------------------------------------------------
 
     def resource_entries(self) -> list[dict[str, Any]]:
         entries = []
-        for sid, res in sorted(self.resources.items(), key=lambda kv: _sid_key(kv[0])):
+        for sid, res in sorted(self.resources.items(), key=lambda kv: sid_key(kv[0])):
             entry = {"sid": sid, **{k: v for k, v in res.items() if v != ""}}
             entry["digest"] = _digest(self.resources)
             entries.append(entry)
@@ -328,7 +231,7 @@ class HaManager:
             commands, self.commands = self.commands, []
             for command, sid, node in commands:
                 self._run_command(command, sid, node)
-            for sid in sorted(self.resources, key=_sid_key):
+            for sid in sorted(self.resources, key=sid_key):
                 self._manage(sid)
         # Keep rounds going while anything is configured; skip ahead if the clock jumped.
         self.round_scheduled = True
@@ -443,83 +346,3 @@ class HaManager:
                 target = self.select_node(sid)
                 if target and target != guest.node:
                     self._migrate(sid, target)
-
-    # -- status answers ---------------------------------------------------------------
-
-    def manager_status(self) -> dict[str, Any]:
-        cluster = self.cluster
-        services = {}
-        for sid, status in sorted(self.service.items()):
-            if self.resources.get(sid, {}).get("state") == "ignored":
-                continue
-            entry = {k: v for k, v in status.items()}
-            guest = cluster.guests.get(int(sid.split(":")[1]))
-            entry["running"] = int(guest is not None and guest.status == "running")
-            services[sid] = entry
-        node_status = {n: self.node_status.get(n, "online") for n in sorted(cluster.nodes)}
-        data: dict[str, Any] = {
-            "manager_status": {
-                "master_node": self.master, "timestamp": int(self.last_round),
-                "node_status": node_status, "service_status": services,
-            },
-            "quorum": {"node": cluster.scenario.local_node, "quorate": int(cluster.quorate)},
-            "lrm_status": {
-                n: {"mode": "maintenance" if n in self.maintenance else "active",
-                    "state": "maintenance" if n in self.maintenance else
-                    ("active" if any(s["node"] == n for s in self.service.values())
-                     else "wait_for_agent_lock"),
-                    "timestamp": int(self.last_round), "results": {}}
-                for n, node in sorted(cluster.nodes.items()) if node.online},
-        }
-        return data
-
-    def status_current(self) -> list[dict[str, Any]]:
-        cluster = self.cluster
-        local = cluster.scenario.local_node
-        stamp = int(self.last_round)
-        entries: list[dict[str, Any]] = [
-            {"id": "quorum", "type": "quorum", "node": local,
-             "status": "OK" if cluster.quorate else "No quorum on node '%s'!" % local,
-             "quorate": int(cluster.quorate)}]
-        if self.resources:
-            entries.append({"id": "master", "type": "master", "node": self.master,
-                            "status": f"{self.master} (active, {_ctime(stamp)})", "timestamp": stamp})
-        for name, node in sorted(cluster.nodes.items()):
-            if not node.online:
-                state = "old timestamp - dead?"
-            elif name in self.maintenance:
-                state = "maintenance mode"
-            elif any(s["node"] == name for s in self.service.values()):
-                state = "active"
-            else:
-                state = "idle"
-            entries.append({"id": f"lrm:{name}", "type": "lrm", "node": name,
-                            "status": f"{name} ({state}, {_ctime(stamp)})", "timestamp": stamp})
-        for sid, res in sorted(self.resources.items(), key=lambda kv: _sid_key(kv[0])):
-            status = self.service.get(sid, {})
-            state = status.get("state", "ignored") if res["state"] != "ignored" else "ignored"
-            entry = {"id": f"service:{sid}", "type": "service", "sid": sid,
-                     "node": status.get("node", ""), "crm_state": state, "state": state,
-                     "request_state": res["state"],
-                     "status": f"{sid} ({status.get('node', '')}, {state})",
-                     "failback": int(res.get("failback", 1)),
-                     "max_restart": res.get("max_restart", 1),
-                     "max_relocate": res.get("max_relocate", 1)}
-            if res.get("comment"):
-                entry["comment"] = res["comment"]
-            entries.append(entry)
-        return entries
-
-
-def normalise_sid(sid: str) -> str:
-    return f"vm:{sid}" if str(sid).isdigit() else str(sid)
-
-
-def _sid_key(sid: str) -> tuple[str, int]:
-    kind, _, vmid = sid.partition(":")
-    return kind, int(vmid) if vmid.isdigit() else 0
-
-
-def _ctime(stamp: int) -> str:
-    import time
-    return time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(stamp))

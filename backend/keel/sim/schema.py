@@ -9,6 +9,7 @@ one message per bad parameter.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -157,7 +158,7 @@ def check_value(spec: dict[str, Any], value: Any) -> Any:
     if "enum" in spec and text not in spec["enum"]:
         raise ValueError(f"value '{text}' does not have a value in the enumeration "
                          f"'{', '.join(spec['enum'])}'")
-    if "pattern" in spec and not re.fullmatch(spec["pattern"], text):
+    if "pattern" in spec and not perl_regex(spec["pattern"]).fullmatch(text):
         raise ValueError("value does not match the regex pattern")
     fmt = spec.get("format")
     if isinstance(fmt, str):
@@ -165,6 +166,16 @@ def check_value(spec: dict[str, Any], value: Any) -> Any:
     elif isinstance(fmt, dict):
         parse_property_string(fmt, text)
     return text
+
+
+@functools.lru_cache(maxsize=None)
+def perl_regex(pattern: str) -> re.Pattern[str]:
+    """A schema pattern (Perl syntax, as the API viewer dumps it) compiled for Python.
+
+    Perl writes embedded compiled patterns as ``(?^:...)`` or ``(?^i:...)``; Python spells
+    those ``(?:...)`` and ``(?i:...)``.
+    """
+    return re.compile(re.sub(r"\(\?\^([a-z]*):", lambda m: f"(?{m.group(1)}:", pattern))
 
 
 def _check_range(spec: dict[str, Any], number: float) -> None:
@@ -221,6 +232,10 @@ def parse_property_string(fmt: dict[str, Any], text: str) -> dict[str, Any]:
                                       if isinstance(spec.get("format"), dict) else spec, value)
         except ValueError as err:
             raise ValueError(f"invalid format - {key}: {err}") from None
+    for key in result:
+        required = fmt[key].get("requires") if key in fmt else None
+        if isinstance(required, str) and required not in result:
+            raise ValueError(f"invalid format - {required}: missing property required by '{key}'")
     return result
 
 

@@ -1,10 +1,11 @@
 """The simulator's HTTPS front: PVE's wire protocol on ``/api2/json`` (and ``/api2/extjs``),
 and a small JSON control API on ``/_sim`` for tests and demos.
 
-A request goes: sync the cluster to now → find the endpoint in the schema (501 if PVE
-has none) → authenticate (ticket cookie or header, CSRF on writes, or API token) → check
-parameters against the schema (400) → refuse if the node it is for is down (595) or the
-cluster has no quorum (writes) → check the schema's permissions (403) → run the handler.
+A request goes as in pveproxy: sync the cluster to now → authenticate (ticket cookie or
+header, CSRF on writes, or API token; 401) → find the endpoint in the schema (501 if PVE
+has none) → check the schema's permissions (403) → refuse if the node it is for is down
+(595) → check parameters against the schema (400) → refuse writes without quorum (500) →
+run the handler.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from keel.sim.errors import ApiError
 log = logging.getLogger("keel.sim")
 
 API_PREFIXES = {"/api2/json": "json", "/api2/extjs": "extjs"}
-UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/version")}
+UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/access/domains")}
 
 
 class SimApp:
@@ -61,46 +62,36 @@ class SimApp:
             time.sleep(delay)
         auth: Auth | None = None
         status = 200
-        try:
-            with cluster.lock:
-                cluster.sync()
-                try:
-                    endpoint, path_params = cluster.schema.resolve(method, path)
-                    raw = _raw_params(request, method)
-                    if (method, endpoint.path) not in UNAUTHENTICATED:
-                        auth = self._authenticate(request, method, endpoint.allow_token)
-                    elif request.headers.get("Authorization") or request.cookies.get("PVEAuthCookie"):
-                        auth = self._authenticate(request, method, True, optional=True)
-                    for key in path_params:
-                        raw[key] = urllib.parse.unquote(path_params[key])
-                    params = endpoint.check_params(raw)
-                    self._inject_fault(method, path)
-                    node = params.get("node")
-                    if endpoint.proxy_to_node and node is not None:
-                        if node not in cluster.nodes:
-                            raise ApiError(500, f"hostname lookup '{node}' failed - failed to get "
-                                                f"address info for: {node}: Name or service not known")
-                        if not cluster.nodes[node].online:
-                            raise ApiError(595, "No route to host")
-                    if method != "GET" and (method, endpoint.path) != ("POST", "/access/ticket"):
-                        cluster.require_quorum()
-                    call = Call(cluster, auth, endpoint, params)
-                    self._check_permissions(call)
-                    handler = ROUTES.get((method, endpoint.path))
-                    if handler is None:
-                        raise ApiError(501, f"Method '{method} {path}' not implemented "
-                                            f"(not simulated by keel sim)")
-                    data = handler(call)
-                except ApiError as err:
-                    status = err.status
-                    error = err
-                except Exception:  # a simulator bug: answer as pveproxy would, and say so
-                    log.exception("internal error in %s %s", method, path)
-                    status = 500
-                    error = ApiError(500, "internal error in keel sim (see its log)")
-                cluster.log_request(method, path, auth.name if auth else None, status)
-        finally:
-            pass
+        with cluster.lock:
+            cluster.sync()
+            try:
+                auth = self._authenticate(request, method, path)
+                endpoint, path_params = cluster.schema.resolve(method, path)
+                raw = _raw_params(request, method)
+                for key in path_params:
+                    raw[key] = urllib.parse.unquote(path_params[key])
+                if _is_token(request) and not endpoint.allow_token:
+                    raise ApiError(403, f"Permission check failed (URI '{path}' not available "
+                                        f"with API token, need proper ticket.\n)")
+                self._check_permissions(Call(cluster, auth, endpoint, raw))
+                self._check_node(endpoint, raw.get("node"))
+                params = endpoint.check_params(raw)
+                self._inject_fault(method, path)
+                if method != "GET" and (method, endpoint.path) != ("POST", "/access/ticket"):
+                    cluster.require_quorum()
+                handler = ROUTES.get((method, endpoint.path))
+                if handler is None:
+                    raise ApiError(501, f"Method '{method} {path}' not implemented "
+                                        f"(not simulated by keel sim)")
+                data = handler(Call(cluster, auth, endpoint, params))
+            except ApiError as err:
+                status = err.status
+                error = err
+            except Exception:  # a simulator bug: answer as pveproxy would, and say so
+                log.exception("internal error in %s %s", method, path)
+                status = 500
+                error = ApiError(500, "internal error in keel sim (see its log)")
+            cluster.log_request(method, path, auth.name if auth else None, status)
         if status == 401 and cluster.auth_delay_s:
             time.sleep(cluster.auth_delay_s)
         if status != 200:
@@ -109,46 +100,63 @@ class SimApp:
             return _json_response(200, {"success": 1, "data": data})
         return _json_response(200, {"data": data})
 
-    def _authenticate(self, request: Request, method: str, allow_token: bool,
-                      optional: bool = False) -> Auth | None:
+    def _authenticate(self, request: Request, method: str, path: str) -> Auth | None:
+        """pve-manager's auth_handler: a token, else a ticket (and CSRF token on writes).
+
+        Only the login calls go without; a bad credential is one opaque message (PVE logs the
+        reason and answers ``Authentication failed!``)."""
+        if (method, path.rstrip("/")) in UNAUTHENTICATED:
+            return None
         access = self.cluster.access
         header = request.headers.get("Authorization", "")
-        if header.startswith("PVEAPIToken"):
-            value = header[len("PVEAPIToken"):].lstrip("= ")
-            auth = access.check_token(value)
-            if auth is None:
-                raise ApiError(401, "invalid token value!" if "!" in value else "authentication failure")
-            if not allow_token:
-                raise ApiError(401, "API tokens are not allowed for this endpoint")
-            return auth
         ticket = request.cookies.get("PVEAuthCookie")
         if header.startswith("PVEAuthCookie="):
             ticket = header.split("=", 1)[1]
+        if not ticket and header.startswith("PVEAPIToken"):
+            auth = access.check_token(header[len("PVEAPIToken"):].lstrip("= "))
+            if auth is None:
+                raise ApiError(401, "Authentication failed!")
+            return auth
         if not ticket:
-            if optional:
-                return None
             raise ApiError(401, "No ticket")
-        ticket = urllib.parse.unquote(ticket)
-        userid = access.check_ticket(ticket)
+        userid = access.check_ticket(urllib.parse.unquote(ticket))
         if userid is None:
-            raise ApiError(401, "permission denied - invalid PVE ticket")
+            raise ApiError(401, "Authentication failed!")
         if method != "GET" and not access.check_csrf(userid, request.headers.get("CSRFPreventionToken")):
             raise ApiError(401, "Permission denied - invalid csrf token")
         return Auth(userid)
 
     def _check_permissions(self, call: Call) -> None:
+        """RPCEnvironment::check_api2_permissions, with the raw parameters as PVE has them."""
         perms = call.endpoint.permissions
-        if not perms or perms.get("user") in ("all", "world") and "check" not in perms:
+        if call.auth is None:
+            if perms.get("user") == "world" or call.endpoint.path == "/access/ticket":
+                return
+            raise ApiError(403, "Permission check failed (user != null)")
+        if call.auth.is_root:
             return
-        if "check" in perms and call.auth is not None:
+        if not perms:
+            raise ApiError(403, "Permission check failed (user != root@pam)")
+        if perms.get("user") == "all":
+            return
+        if "check" in perms:
             ok, failed = _evaluate(call, perms["check"])
             if not ok:
-                raise ApiError(403, f"Permission check failed ({failed})")
+                raise ApiError(403, f"Permission check failed ({failed})" if failed
+                               else "Permission check failed")
             return
-        if perms.get("user") == "world":
+        raise ApiError(403, "Permission check failed")
+
+    def _check_node(self, endpoint: Any, node: Any) -> None:
+        """Calls PVE proxies to another node fail when that node is down (pveproxy's 595)."""
+        cluster = self.cluster
+        if not endpoint.proxy_to_node or not isinstance(node, str):
             return
-        if call.auth is None or not call.auth.is_root:
-            raise ApiError(403, "Permission check failed (user != root@pam)")
+        if node not in cluster.nodes:
+            raise ApiError(500, f"hostname lookup '{node}' failed - failed to get address info "
+                                f"for: {node}: Name or service not known")
+        if not cluster.nodes[node].online:
+            raise ApiError(595, "No route to host")
 
     def _latency(self, method: str, path: str) -> float:
         with self.cluster.lock:
@@ -177,38 +185,46 @@ def _fault_matches(fault: Any, method: str, path: str) -> bool:
 
 
 def _evaluate(call: Call, check: list[Any]) -> tuple[bool, str]:
-    """Evaluate one of the schema's permission expressions."""
+    """One of the schema's permission expressions (RPCEnvironment::exec_api2_perm_check).
+
+    Returns (granted, what failed): a failed ``perm`` names the path and the first missing
+    privilege (all of them for ``any``); ``or`` and ``require_param`` fail without detail.
+    """
     op = check[0]
     if op == "perm":
         template, privs = check[1], check[2]
         options = dict(zip(check[3::2], check[4::2]))
         required = options.get("require_param")
-        if required and call.params.get(required) in (None, ""):
-            return False, f"{template}, {','.join(privs)}"
+        if required and call.params.get(required) is None:
+            return False, ""
         path = template
         for key, value in call.params.items():
             path = path.replace("{" + key + "}", str(value))
-        vmid = None
-        if path.startswith("/vms/") and path[5:].isdigit():
-            vmid = int(path[5:])
+        path = "/" + "/".join(p for p in path.split("/") if p)
         any_of = bool(options.get("any"))
-        if call.can(path, privs, any_of=any_of, vmid=vmid):
-            return True, ""
-        return False, f"{path}, {('|' if any_of else ',').join(privs)}"
-    if op in ("and", "or"):
-        failures = []
+        if any_of:
+            if call.can(path, privs, any_of=True):
+                return True, ""
+            return False, f"{path}, {'|'.join(privs)}"
+        assert call.auth is not None
+        missing = call.cluster.access.missing(call.auth, path, privs)
+        return (missing is None), f"{path}, {missing}"
+    if op == "and":
         for sub in check[1:]:
             ok, failed = _evaluate(call, sub)
-            if ok and op == "or":
-                return True, ""
             if not ok:
-                if op == "and":
-                    return False, failed
-                failures.append(failed)
-        return (op == "and"), (failures[0] if failures else "")
+                return False, failed
+        return True, ""
+    if op == "or":
+        return any(_evaluate(call, sub)[0] for sub in check[1:]), ""
     if op == "userid-param" and check[1:] == ["self"]:
-        return call.auth is not None and call.params.get("userid") == call.auth.userid, "userid"
+        return call.auth is not None and call.params.get("userid") == call.auth.userid, ""
     return (call.auth is not None and call.auth.is_root), "user != root@pam"
+
+
+def _is_token(request: Request) -> bool:
+    return (request.headers.get("Authorization", "").startswith("PVEAPIToken")
+            and not request.cookies.get("PVEAuthCookie"))
 
 
 def _raw_params(request: Request, method: str) -> dict[str, Any]:

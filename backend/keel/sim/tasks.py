@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -67,10 +68,27 @@ class Task:
             data["exitstatus"] = self.exitstatus
         return data
 
+    def visible_to(self, authid: str) -> bool:
+        """A token sees its own tasks; a user its own and its tokens' (pve-manager Tasks.pm)."""
+        return authid == self.user or authid == self.user.split("!")[0]
+
+    @property
+    def status_type(self) -> str:
+        """ok, warning, error, or unknown while running (upid_normalize_status_type)."""
+        if self.exitstatus is None:
+            return "unknown"
+        if self.exitstatus == "OK":
+            return "ok"
+        if re.fullmatch(r"WARNINGS: \d+", self.exitstatus):
+            return "warning"
+        return "error"
+
     def list_entry(self) -> dict[str, Any]:
+        """An entry of a task list: a token's tasks name the user and the token apart."""
         data: dict[str, Any] = {
             "upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
-            "starttime": self.starttime, "type": self.type, "id": self.id, "user": self.user,
+            "starttime": self.starttime, "type": self.type, "id": self.id,
+            **self.user_fields(),
         }
         if not self.running:
             data["endtime"] = int(self.endtime or self.starttime)

@@ -26,13 +26,7 @@ def ticket(call: Call) -> dict[str, Any]:
     user = access.login(call.params["username"], call.params["password"], call.params.get("realm"))
     ticket_value, csrf = access.make_ticket(user.userid)
     auth = Auth(user.userid)
-    cap: dict[str, dict[str, int]] = {}
-    for area, path in (("vms", "/vms"), ("storage", "/storage"), ("access", "/access"),
-                       ("nodes", "/nodes"), ("dc", "/"), ("sdn", "/sdn"), ("mapping", "/mapping")):
-        privs = access.privileges(auth, path)
-        prefix = {"vms": "VM.", "storage": "Datastore.", "nodes": "Sys.", "sdn": "SDN.",
-                  "mapping": "Mapping."}.get(area)
-        cap[area] = {p: 1 for p in privs if prefix is None or p.startswith(prefix)}
+    cap = access.capabilities(auth)
     answer: dict[str, Any] = {"username": user.userid, "ticket": ticket_value,
                               "CSRFPreventionToken": csrf, "cap": cap}
     if access.has(auth, "/", ["Sys.Audit"]):
@@ -42,27 +36,15 @@ def ticket(call: Call) -> dict[str, Any]:
 
 @route("GET", "/access/permissions")
 def permissions(call: Call) -> dict[str, dict[str, int]]:
+    """A user may read its own permissions and its tokens'; others' need Sys.Audit on /access."""
     access = call.cluster.access
     assert call.auth is not None
-    target = call.auth
-    wanted = call.params.get("userid")
-    if wanted:
-        userid, _, token = wanted.partition("!")
-        own = userid == call.auth.userid and (call.auth.tokenid is None or token == call.auth.tokenid)
-        if not own and not call.can("/access", ["Sys.Audit"]):
-            raise ApiError(403, "Permission check failed (/access, Sys.Audit)")
-        if userid not in access.users or (token and token not in access.users[userid].tokens):
-            raise ApiError(500, f"no such user ('{wanted}')")
-        target = Auth(userid, token or None)
+    wanted = call.params.get("userid") or call.auth.name
+    userid, _, token = wanted.partition("!")
+    if wanted != call.auth.name and not (token and userid == call.auth.name):
+        call.require("/access", ["Sys.Audit"])
+    target = Auth(userid, token or None)
     path = call.params.get("path")
     if path:
-        vmid = int(path.split("/")[2]) if path.startswith("/vms/") and path.count("/") == 2 \
-            and path.split("/")[2].isdigit() else None
-        pool = call.cluster.pool_of(vmid) if vmid is not None else None
-        return {path: access.privileges(target, path, pool)}
-    result = {}
-    for acl_path in access.acl_paths(target):
-        privs = access.privileges(target, acl_path)
-        if privs:
-            result[acl_path] = privs
-    return result
+        return {path: access.privileges(target, path)}
+    return access.effective_permissions(target)

@@ -38,17 +38,23 @@ class Call:
         """The owner string tasks carry (user@realm or user@realm!token)."""
         return self.auth.name if self.auth else "root@pam"
 
-    def can(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
-            vmid: int | None = None) -> bool:
+    def can(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False) -> bool:
+        """Whether the caller holds ``privs`` on ``path`` (a guest's pool counts by itself)."""
         if self.auth is None:
             return False
-        pool = self.cluster.pool_of(vmid) if vmid is not None else None
-        return self.cluster.access.has(self.auth, path, privs, any_of=any_of, pool=pool)
+        return self.cluster.access.has(self.auth, path, privs, any_of=any_of)
 
-    def require(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False,
-                vmid: int | None = None) -> None:
-        if not self.can(path, privs, any_of, vmid):
-            raise ApiError(403, f"Permission check failed ({path}, {('|' if any_of else ',').join(privs)})")
+    def require(self, path: str, privs: list[str] | tuple[str, ...], any_of: bool = False) -> None:
+        """PVE's ``check``/``check_any``: 403 naming the first missing privilege (or all, any_of)."""
+        if self.auth is None:
+            raise ApiError(403, "Permission check failed (user != null)")
+        if any_of:
+            if not self.can(path, privs, any_of=True):
+                raise ApiError(403, f"Permission check failed ({path}, {'|'.join(privs)})")
+            return
+        missing = self.cluster.access.missing(self.auth, path, privs)
+        if missing:
+            raise ApiError(403, f"Permission check failed ({path}, {missing})")
 
     def flag(self, name: str, default: bool = False) -> bool:
         value = self.params.get(name)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from keel.sim import tags
 from keel.sim.api.base import Call, route
 from keel.sim.api.views import guest_resource, node_resource, storage_resources
-from keel.sim.errors import ApiError, param_error
-from keel.sim.schema import parse_property_string
+from keel.sim.errors import param_error
+from keel.sim.schema import parse_property_string, split_list
 
 
 @route("GET", "/version")
@@ -39,26 +40,45 @@ def cluster_status(call: Call) -> list[dict[str, Any]]:
 
 @route("GET", "/cluster/resources")
 def resources(call: Call) -> list[dict[str, Any]]:
+    """Pools, guests, nodes, storage, in that order, each filtered by the caller's privileges
+    (pve-manager's API2/Cluster.pm); a pool adds up its running members, seen or not."""
     cluster = call.cluster
     kind = call.params.get("type")
-    result: list[dict[str, Any]] = []
+    pools: dict[str, dict[str, Any]] = {}
+    if kind is None:
+        for pool in sorted(cluster.pools):
+            if call.can(f"/pool/{pool}", ["Pool.Audit"]):
+                pools[pool] = {"id": f"/pool/{pool}", "pool": pool, "type": "pool"}
+    guests: list[dict[str, Any]] = []
     if kind in (None, "vm"):
         for vmid in sorted(cluster.guests):
-            if call.can(f"/vms/{vmid}", ["VM.Audit"], vmid=vmid):
-                result.append(guest_resource(cluster, cluster.guests[vmid]))
+            entry = guest_resource(cluster, cluster.guests[vmid])
+            pool = entry.get("pool")
+            if pool in pools and entry.get("uptime"):
+                _add_to_pool(pools[pool], entry)
+            if not call.can(f"/vms/{vmid}", ["VM.Audit"]):
+                continue
+            if pool and not call.can(f"/pool/{pool}", ["Pool.Audit"]):
+                del entry["pool"]
+            guests.append(entry)
+    result = list(pools.values()) + guests
     if kind in (None, "node"):
         for name in sorted(cluster.nodes):
             result.append(node_resource(cluster, name, call.can(f"/nodes/{name}", ["Sys.Audit"])))
     if kind in (None, "storage"):
-        for entry in storage_resources(cluster):
-            if call.can(f"/storage/{entry['storage']}", ["Datastore.Audit", "Datastore.AllocateSpace"],
-                        any_of=True):
-                result.append(entry)
-    if kind is None:
-        for pool in sorted(cluster.pools):
-            if call.can(f"/pool/{pool}", ["Pool.Audit"]):
-                result.append({"id": f"/pool/{pool}", "type": "pool", "pool": pool})
+        result += [entry for entry in storage_resources(cluster)
+                   if call.can(f"/storage/{entry['storage']}", ["Datastore.Audit"])]
     return result
+
+
+def _add_to_pool(pool: dict[str, Any], guest: dict[str, Any]) -> None:
+    """Sum a running member into its pool entry; cpu is weighted by each member's maxcpu."""
+    pool["uptime"] = max(pool.get("uptime", 0), guest["uptime"])
+    pool["mem"] = pool.get("mem", 0) + guest["mem"]
+    pool["maxmem"] = pool.get("maxmem", 0) + guest["maxmem"]
+    cores = pool.get("cpu", 0) * pool.get("maxcpu", 0) + guest["cpu"] * guest["maxcpu"]
+    pool["maxcpu"] = pool.get("maxcpu", 0) + guest["maxcpu"]
+    pool["cpu"] = cores / pool["maxcpu"] if pool["maxcpu"] else 0
 
 
 @route("GET", "/cluster/nextid")
@@ -74,15 +94,20 @@ def nextid(call: Call) -> str:
 
 @route("GET", "/cluster/options")
 def get_options(call: Call) -> dict[str, Any]:
+    """datacenter.cfg (only ``console`` and ``tag-style`` without Sys.Audit on /), plus the
+    tags the caller may set."""
     cluster = call.cluster
-    if not call.can("/", ["Sys.Audit"]):
-        return {key: value for key, value in cluster.options.items()
-                if key in ("console", "keyboard", "language", "tag-style", "user-tag-access")}
-    return {key: value for key, value in sorted(cluster.options.items())}
+    if call.can("/", ["Sys.Audit"]):
+        options = dict(sorted(cluster.options.items()))
+    else:
+        options = {k: v for k, v in cluster.options.items() if k in ("console", "tag-style")}
+    options["allowed-tags"] = sorted(tags.allowed_tags(cluster, call.auth))
+    return options
 
 
 @route("PUT", "/cluster/options")
 def put_options(call: Call) -> None:
+    """Set what is given, then delete what ``delete`` names (a key in both ends up deleted)."""
     cluster = call.cluster
     props = call.endpoint.properties
     updates: dict[str, Any] = {}
@@ -91,24 +116,20 @@ def put_options(call: Call) -> None:
             continue
         fmt = props[key].get("format")
         updates[key] = parse_property_string(fmt, value) if isinstance(fmt, dict) else value
-    deletes = [k.strip() for k in str(call.params.get("delete", "")).split(",") if k.strip()]
-    for key in deletes:
-        if key not in props or key == "delete":
-            raise param_error({"delete": f"invalid option '{key}'"})
-        if key in updates:
-            raise ApiError(500, f"cannot set and delete property '{key}' at the same time!")
-    for key in deletes:
-        cluster.options.pop(key, None)
     cluster.options.update(updates)
+    for key in split_list(str(call.params.get("delete", "")), r"[,;\s]"):
+        cluster.options.pop(key, None)
     return None
 
 
 @route("GET", "/cluster/tasks")
 def cluster_tasks(call: Call) -> list[dict[str, Any]]:
+    """Recent tasks of every node: all with Sys.Audit on /, else the caller's own (a token's
+    entries carry the user apart from the token, so a token never matches: as in PVE)."""
     cluster = call.cluster
     tasks = sorted(cluster.tasks.values(), key=lambda t: (-t.starttime, t.upid))
-    visible = [t for t in tasks if t.user.split("!")[0] == (call.auth.userid if call.auth else "")
-               or call.can(f"/nodes/{t.node}", ["Sys.Audit"])]
-    running = [t for t in visible if t.running]
-    finished = [t for t in visible if not t.running][:50]
-    return [t.list_entry() for t in running + finished]
+    running = [t for t in tasks if t.running]
+    finished = [t for t in tasks if not t.running][:50]
+    everything = call.can("/", ["Sys.Audit"])
+    entries = [t.list_entry() for t in running + finished]
+    return [e for e in entries if everything or (call.auth and e["user"] == call.auth.name)]

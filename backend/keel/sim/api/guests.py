@@ -5,14 +5,14 @@ Both kinds share one set of handlers, registered once per kind.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
-from keel.sim import ops
+from keel.sim import configperm, ops, tags
 from keel.sim.api.base import Call, route
 from keel.sim.api.views import guest_list_entry, guest_rrd, guest_status, guest_usage_fields
 from keel.sim.errors import ApiError, param_error
 from keel.sim.guests import SimGuest
+from keel.sim.schema import split_list
 
 KINDS = ("qemu", "lxc")
 
@@ -39,7 +39,7 @@ def guest_list(call: Call, kind: str) -> list[dict[str, Any]]:
     call.cluster.node(node)
     cluster = call.cluster
     return [guest_list_entry(cluster, g) for vmid, g in sorted(cluster.guests.items())
-            if g.node == node and g.type == kind and call.can(f"/vms/{vmid}", ["VM.Audit"], vmid=vmid)]
+            if g.node == node and g.type == kind and call.can(f"/vms/{vmid}", ["VM.Audit"])]
 
 
 @_both("GET", "/{vmid}")
@@ -60,26 +60,59 @@ def get_config(call: Call, kind: str) -> dict[str, Any]:
 
 
 def _apply_config(call: Call, guest: SimGuest) -> None:
+    """A config update as qemu-server's update_vm_api / pve-container's update_vm do it:
+    parameter conflicts (400), the privilege for each key (403), then under the config
+    lock the digest and the guest's lock (500)."""
+    cluster = call.cluster
     params = dict(call.params)
     for key in ("node", "vmid", "skiplock", "digest", "delete", "revert", "force", "background_delay"):
         params.pop(key, None)
-    if call.params.get("digest") and call.params["digest"] != guest.digest():
-        raise ApiError(500, "detected modified configuration - file changed by other user? "
-                            "Try again.")
-    ops.check_lock(guest, call.flag("skiplock"))
-    deletes = [k for k in re.split(r"[,;\s]+", str(call.params.get("delete", ""))) if k]
-    overlap = set(deletes) & set(params)
-    if overlap:
-        raise param_error({k: f"cannot set and delete property '{k}' at the same time!"
-                           for k in sorted(overlap)})
+    if call.flag("skiplock") and not (call.auth and call.auth.is_root):
+        raise param_error({"skiplock": "Only root may use this option."})
+    deletes = split_list(str(call.params.get("delete", "")), r"[,;\s]")
+    if not params and not deletes and not call.params.get("revert"):
+        raise ApiError(500, "no options specified")
+    for key in deletes:
+        if key in params:
+            raise param_error({"delete": f"you can't use '-{key}' and -delete {key}' at the same time"})
+    _check_config_privileges(call, guest, list(params) + deletes)
+    if "tags" in params or "tags" in deletes:
+        tags.check_tag_change(cluster, call.auth, guest.config.get("tags"), params.get("tags"))
+    digest = call.params.get("digest")
+    if guest.type == "qemu":
+        if digest and digest != guest.digest():
+            raise ApiError(500, "checksum mismatch (file change by other user?)")
+        ops.check_lock(guest, call.flag("skiplock"))
+    else:
+        ops.check_lock(guest, call.flag("skiplock"))
+        if digest and digest != guest.digest():
+            raise ApiError(500, "detected modified configuration - file changed by other user? "
+                                "Try again.")
     if "tags" in params:
-        params["tags"] = ";".join(t for t in re.split(r"[;, ]+", params["tags"]) if t)
+        params["tags"] = tags.unique_tags(cluster, params["tags"])
+        if not params["tags"]:
+            del params["tags"]
+            deletes.append("tags")
     if "memory" in params and guest.type == "lxc":
         params["memory"] = int(params["memory"])
     for key in deletes:
         guest.config.pop(key, None)
     guest.config.update(params)
-    call.cluster.invalidate_usage()
+    cluster.invalidate_usage()
+
+
+def _check_config_privileges(call: Call, guest: SimGuest, keys: list[str]) -> None:
+    if call.auth is None or call.auth.is_root:
+        return
+    lookup = configperm.qemu_privileges if guest.type == "qemu" else configperm.lxc_privileges
+    for key in sorted(set(keys) - {"tags"}):
+        privs = lookup(key)
+        if privs == configperm.ROOT_ONLY:
+            raise ApiError(500 if guest.type == "qemu" else 403,
+                           configperm.root_only_message(guest.type, key) if guest.type == "qemu"
+                           else f"Permission check failed (changing '{key}' is only allowed "
+                                f"for root@pam)")
+        call.require(f"/vms/{guest.vmid}", privs)
 
 
 @_both("PUT", "/{vmid}/config")

@@ -3,12 +3,13 @@ tasks, storage; plus the cluster-wide ``/storage`` config."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from keel.sim.api.base import Call, route
 from keel.sim.api.views import node_resource, node_rrd, storage_status
 from keel.sim.errors import ApiError
+from keel.sim.schema import split_list
+from keel.sim.tasks import Task
 
 
 def _node(call: Call) -> str:
@@ -62,44 +63,48 @@ def rrddata(call: Call) -> list[dict[str, Any]]:
 # -- tasks --------------------------------------------------------------------------
 
 
-def _visible(call: Call, task_user: str, node: str, priv: str) -> bool:
+def _visible(call: Call, task: Task) -> bool:
+    """Its owner sees a task; so does whoever has Sys.Audit on the task's node."""
     if call.auth is None:
         return False
-    owner = task_user.split("!")[0]
-    return owner == call.auth.userid or call.can(f"/nodes/{node}", [priv])
+    return task.visible_to(call.auth.name) or call.can(f"/nodes/{task.node}", ["Sys.Audit"])
 
 
 @route("GET", "/nodes/{node}/tasks")
 def tasks(call: Call) -> list[dict[str, Any]]:
+    """Active tasks first (status ``RUNNING``), then the archive, newest first; the filters
+    of pve-manager's Tasks.pm, ``statusfilter`` on ok|warning|error|unknown."""
     node = _node(call)
     p = call.params
     source = p.get("source", "archive")
+    wanted = {"ok", "warning", "error", "unknown"}
+    if p.get("errors"):
+        wanted.discard("ok")
+    elif p.get("statusfilter") is not None:
+        wanted = {s.lower() for s in split_list(p["statusfilter"], r"[,;\s]")}
+    newest_first = sorted(call.cluster.tasks.values(), key=lambda t: (-t.starttime, t.upid))
+    active = [t for t in newest_first if t.running] if source in ("active", "all") else []
+    archive = [t for t in newest_first if not t.running] if source != "active" else []
     found = []
-    for task in sorted(call.cluster.tasks.values(), key=lambda t: (-t.starttime, t.upid)):
-        if task.node != node or not _visible(call, task.user, node, "Sys.Audit"):
+    for task in active + archive:
+        if task.node != node or not _visible(call, task):
             continue
-        if source == "archive" and task.running or source == "active" and not task.running:
+        if p.get("userfilter") and p["userfilter"].lower() not in task.user_fields()["user"].lower():
             continue
         if p.get("typefilter") and task.type != p["typefilter"]:
             continue
-        if p.get("vmid") is not None and task.id != str(p["vmid"]):
-            continue
-        if p.get("userfilter") and p["userfilter"] not in task.user:
+        if p.get("vmid") and task.id != str(p["vmid"]):
             continue
         if p.get("since") is not None and task.starttime < int(p["since"]):
             continue
         if p.get("until") is not None and task.starttime > int(p["until"]):
             continue
-        if p.get("errors") and (task.running or task.exitstatus == "OK"):
+        if task.status_type not in wanted:
             continue
-        if p.get("statusfilter"):
-            wanted = set(re.split(r"[,\s]+", p["statusfilter"].lower()))
-            state = "active" if task.running else ("ok" if task.exitstatus == "OK" else
-                                                    "warning" if task.exitstatus.startswith("WARN")
-                                                    else "error")
-            if state not in wanted:
-                continue
-        found.append(task.list_entry())
+        entry = task.list_entry()
+        if task.running:
+            entry["status"] = "RUNNING"
+        found.append(entry)
     start = int(p.get("start", 0))
     limit = int(p.get("limit", 50))
     return found[start:start + limit]
@@ -114,16 +119,16 @@ def task_index(call: Call) -> list[dict[str, str]]:
 @route("GET", "/nodes/{node}/tasks/{upid}/status")
 def task_status(call: Call) -> dict[str, Any]:
     task = call.cluster.task(call.params["upid"], _node(call))
-    if not _visible(call, task.user, task.node, "Sys.Audit"):
-        raise ApiError(403, f"Permission check failed (/nodes/{task.node}, Sys.Audit)")
+    if not _visible(call, task):
+        raise ApiError(403, "Permission check failed")
     return task.status()
 
 
 @route("GET", "/nodes/{node}/tasks/{upid}/log")
 def task_log(call: Call) -> list[dict[str, Any]]:
     task = call.cluster.task(call.params["upid"], _node(call))
-    if not _visible(call, task.user, task.node, "Sys.Audit"):
-        raise ApiError(403, f"Permission check failed (/nodes/{task.node}, Sys.Audit)")
+    if not _visible(call, task):
+        raise ApiError(403, "Permission check failed")
     lines = task.visible_lines(call.cluster.t)
     start = int(call.params.get("start", 0))
     limit = int(call.params.get("limit", 50))
@@ -133,8 +138,8 @@ def task_log(call: Call) -> list[dict[str, Any]]:
 @route("DELETE", "/nodes/{node}/tasks/{upid}")
 def task_stop(call: Call) -> None:
     task = call.cluster.task(call.params["upid"], _node(call))
-    if not _visible(call, task.user, task.node, "Sys.Modify"):
-        raise ApiError(403, f"Permission check failed (/nodes/{task.node}, Sys.Modify)")
+    if not (call.auth and task.visible_to(call.auth.name)):
+        call.require(f"/nodes/{task.node}", ["Sys.Modify"])
     if task.running:
         if task.on_abort:
             task.on_abort(call.cluster.t, "interrupted by signal")
@@ -241,7 +246,7 @@ def node_storage_content(call: Call) -> list[dict[str, Any]]:
             continue
         if not shared and guest.node != node:
             continue
-        if not call.can(f"/vms/{vmid}", ["VM.Audit"], vmid=vmid) and not _storage_visible(call, name):
+        if not call.can(f"/vms/{vmid}", ["VM.Audit"]) and not _storage_visible(call, name):
             continue
         for volume in guest.volumes():
             if volume.storage != name or volume.cdrom:

@@ -74,17 +74,21 @@ def guest_resource(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
 
 
 def node_resource(cluster: Cluster, name: str, with_usage: bool = True) -> dict[str, Any]:
+    """A node as ``/cluster/resources`` has it (pve-manager's extract_node_stats): without
+    Sys.Audit on the node only its name, status and level; ``host-arch`` only for non-x86
+    nodes (the simulator has none); ``hastate`` once the HA manager runs."""
     node = cluster.nodes[name]
     entry: dict[str, Any] = {
         "id": f"node/{name}", "type": "node", "node": name,
         "status": "online" if node.online else "offline", "level": node.spec.level,
-        "maxcpu": node.spec.cpus, "maxmem": node.spec.memory, "maxdisk": node.spec.rootfs,
-        "cgroup-mode": 2, "host-arch": "x86_64",
     }
-    if with_usage and node.online:
-        cpu, mem = cluster.node_usage(name)
-        entry.update(cpu=round(cpu, 6), mem=mem, disk=node.spec.rootfs_used,
-                     uptime=int(cluster.t - node.booted_at))
+    if with_usage:
+        entry.update(maxcpu=node.spec.cpus, maxmem=node.spec.memory, maxdisk=node.spec.rootfs)
+        if node.online:
+            cpu, mem = cluster.node_usage(name)
+            entry.update(cpu=round(cpu, 6), mem=mem, disk=node.spec.rootfs_used,
+                         uptime=int(cluster.t - node.booted_at))
+    entry["cgroup-mode"] = 2
     if cluster.ha.active() or cluster.ha.maintenance:
         entry["hastate"] = cluster.ha.node_status.get(name, "online")
     return entry
