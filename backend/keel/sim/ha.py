@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from keel.sim import ops, scenario as sc
+from keel.sim import migrate, ops, scenario as sc
 from keel.sim.cluster import Cluster
 from keel.sim.errors import ApiError
 from keel.sim.guests import SimGuest
@@ -290,7 +290,7 @@ class HaManager(Placement, StatusViews):
             status["node"] = guest.node
             if ok and source in self.maintenance:
                 status["maintenance_node"] = source
-        ops.start_migration(self.cluster, guest, node, "root@pam", online=True,
+        migrate.start_migration(self.cluster, guest, node, "root@pam", online=True,
                             with_local_disks=True, force=True, restart=guest.type == "lxc",
                             on_done=done)
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from keel.sim import configperm, ops, tags
+from keel.sim import configperm, migrate, ops, tags
 from keel.sim.api.base import Call, route
-from keel.sim.api.views import guest_list_entry, guest_rrd, guest_status, guest_usage_fields
+from keel.sim.api.rrd import guest_rrd
+from keel.sim.api.views import guest_list_entry
 from keel.sim.errors import ApiError, param_error
 from keel.sim.guests import SimGuest
 from keel.sim.schema import split_list
@@ -137,23 +138,13 @@ def status_index(call: Call, kind: str) -> list[dict[str, str]]:
 
 @_both("GET", "/{vmid}/status/current")
 def status_current(call: Call, kind: str) -> dict[str, Any]:
+    """vmstatus of one guest plus ``ha`` (managed, and the CRM's state when managed)."""
     cluster = call.cluster
     guest = _guest(call, kind)
-    entry: dict[str, Any] = {"vmid": guest.vmid, "name": guest.name,
-                             "status": guest_status(cluster, guest)}
-    entry.update(guest_usage_fields(cluster, guest))
-    entry["cpus"] = entry["maxcpu"]
+    entry = guest_list_entry(cluster, guest)
     hastate = cluster.ha.hastate(guest)
-    entry["ha"] = {"managed": 1, "state": cluster.ha.resources[guest.sid]["state"],
-                   "group": cluster.ha.resources[guest.sid].get("group")} if hastate else {"managed": 0}
-    if entry["ha"].get("group") is None:
-        entry["ha"].pop("group", None)
-    if guest.tags:
-        entry["tags"] = guest.tags
-    if guest.lock:
-        entry["lock"] = guest.lock
-    if guest.template:
-        entry["template"] = 1
+    entry["ha"] = {"managed": 1, "state": hastate} if hastate not in (None, "ignored") \
+        else {"managed": 0}
     if kind == "qemu":
         entry["qmpstatus"] = "running" if guest.status == "running" else "stopped"
         if guest.agent_enabled:
@@ -161,27 +152,41 @@ def status_current(call: Call, kind: str) -> dict[str, Any]:
         if guest.status == "running":
             entry["running-machine"] = "pc-q35-9.2+pve1"
             entry["running-qemu"] = "9.2.0"
-            entry["pid"] = 10000 + guest.vmid
-    else:
-        entry["type"] = "lxc"
     return entry
 
 
+def _ha_routed(call: Call, guest: SimGuest) -> bool:
+    """vm_is_ha_managed: an HA resource that is not ``ignored`` (those act as unmanaged)."""
+    return call.cluster.ha.hastate(guest) not in (None, "ignored")
+
+
+def _only_root(call: Call, *names: str) -> None:
+    for name in names:
+        if call.params.get(name) not in (None, 0, "0", "") and not (call.auth and call.auth.is_root):
+            raise param_error({name: "Only root may use this option."})
+
+
 def _power(call: Call, kind: str, action: str) -> str:
+    """start/stop/shutdown: hastart/hastop for HA guests, else the guest's own task."""
     cluster = call.cluster
     guest = _guest(call, kind)
-    if cluster.ha.managed(guest) and cluster.ha.resources[guest.sid]["state"] != "ignored":
-        task_kind = "hastart" if action == "start" else "hastop"
-        want = "started" if action == "start" else "stopped"
-        task = cluster.quick_task(guest.node, task_kind, str(guest.vmid), call.user, 0.5,
-                                  [f"Requesting HA {action} for {guest.sid}"])
-        cluster.ha.request_state(guest, want)
+    _only_root(call, "skiplock", "keepActive")
+    if kind == "lxc" and action == "start" and guest.status == "running":
+        raise ApiError(500, f"CT {guest.vmid} already running")
+    if kind == "lxc" and action != "start" and guest.status != "running":
+        raise ApiError(500, f"CT {guest.vmid} not running")
+    if _ha_routed(call, guest):
+        label = "VM" if kind == "qemu" else "CT"
+        task = cluster.quick_task(guest.node, "hastart" if action == "start" else "hastop",
+                                  str(guest.vmid), call.user, 0.5,
+                                  [f"Requesting HA {'start' if action == 'start' else 'stop'} "
+                                   f"for {label} {guest.vmid}"])
+        cluster.ha.request_state(guest, "started" if action == "start" else "stopped")
         return task.upid
     if action == "start":
-        return ops.start_guest(cluster, guest, call.user).upid
-    timeout = call.params.get("timeout")
+        return ops.start_guest(cluster, guest, call.user, skiplock=call.flag("skiplock")).upid
     return ops.stop_guest(cluster, guest, call.user, shutdown=(action == "shutdown"),
-                          timeout=timeout).upid
+                          skiplock=call.flag("skiplock")).upid
 
 
 for _kind in KINDS:
@@ -191,43 +196,46 @@ for _kind in KINDS:
 
 
 @_both("GET", "/{vmid}/migrate")
-def migrate_precondition(call: Call, kind: str) -> dict[str, Any]:
+def get_migrate(call: Call, kind: str) -> dict[str, Any]:
     guest = _guest(call, kind)
     target = call.params.get("target")
     if target is not None:
         call.cluster.node(target)
-    return ops.migrate_precondition(call.cluster, guest, target)
+    return migrate.migrate_precondition(call.cluster, guest, target)
 
 
 @_both("POST", "/{vmid}/migrate")
-def migrate(call: Call, kind: str) -> str:
+def post_migrate(call: Call, kind: str) -> str:
+    """qemu-server's migrate_vm / pve-container's migrate_vm: early checks (400/500), then a
+    hamigrate task for HA guests (the CRM moves them later) or the migration itself."""
     cluster = call.cluster
     guest = _guest(call, kind)
     target = call.params["target"]
-    ops.check_migrate_request(cluster, guest, target)
-    if cluster.ha.managed(guest) and cluster.ha.resources[guest.sid]["state"] != "ignored":
-        command = "migrate" if kind == "qemu" else "relocate"
-        task = cluster.quick_task(guest.node, "hamigrate", str(guest.vmid), call.user, 0.5,
-                                  [f"Requesting HA {command} for {guest.sid} to node {target}"])
-        cluster.ha.queue(command, guest.sid, target)
-        return task.upid
+    if target == guest.node:
+        raise param_error({"target": "target is local node."})
+    cluster.node(target)
     running = guest.status == "running"
     if kind == "qemu":
-        online = call.flag("online")
-        if running and not online:
+        _only_root(call, "force", "migration_type", "migration_network")
+        ops.check_lock(guest)
+        if running and not call.flag("online"):
             raise ApiError(500, "can't migrate running VM without --online")
-        if call.flag("force") and call.user != "root@pam":
-            raise ApiError(403, "Permission check failed (user != root@pam) - only root may use "
-                                "the 'force' option")
-        return ops.start_migration(cluster, guest, target, call.user, online=online and running,
-                                   with_local_disks=call.flag("with-local-disks"),
-                                   force=call.flag("force")).upid
-    restart = call.flag("restart")
-    online = call.flag("online")
-    if running and not (restart or online):
+        migrate.check_migrate_request(cluster, guest, target)
+    elif running and not (call.flag("restart") or call.flag("online")):
         raise ApiError(500, "can't migrate running container without --online or --restart")
-    return ops.start_migration(cluster, guest, target, call.user, online=online,
-                               restart=restart).upid
+    if _ha_routed(call, guest):
+        label = "VM" if kind == "qemu" else "CT"
+        task = cluster.quick_task(guest.node, "hamigrate", str(guest.vmid), call.user, 0.5,
+                                  [f"Requesting HA migration for {label} {guest.vmid} to node {target}"])
+        cluster.ha.queue("migrate", guest.sid, target)
+        return task.upid
+    if kind == "qemu":
+        return migrate.start_migration(cluster, guest, target, call.user,
+                                       online=call.flag("online") and running,
+                                       with_local_disks=call.flag("with-local-disks"),
+                                       force=call.flag("force")).upid
+    return migrate.start_migration(cluster, guest, target, call.user, online=call.flag("online"),
+                                   restart=call.flag("restart")).upid
 
 
 @_both("POST", "/{vmid}/clone")
@@ -239,7 +247,9 @@ def clone(call: Call, kind: str) -> str:
 @_both("DELETE", "/{vmid}")
 def destroy(call: Call, kind: str) -> str:
     guest = _guest(call, kind)
-    return ops.destroy_guest(call.cluster, guest, call.user, call.flag("purge")).upid
+    _only_root(call, "skiplock")
+    return ops.destroy_guest(call.cluster, guest, call.user, call.flag("purge"),
+                             skiplock=call.flag("skiplock")).upid
 
 
 @_both("GET", "/{vmid}/rrddata")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from keel.sim.api.base import Call, route
-from keel.sim.api.views import node_resource, node_rrd, storage_status
+from keel.sim.api.rrd import node_rrd
+from keel.sim.api.views import node_resource, storage_status
 from keel.sim.errors import ApiError
 from keel.sim.schema import split_list
 from keel.sim.tasks import Task
@@ -24,8 +25,8 @@ def nodes(call: Call) -> list[dict[str, Any]]:
     result = []
     for name in sorted(cluster.nodes):
         entry = node_resource(cluster, name, call.can(f"/nodes/{name}", ["Sys.Audit"]))
-        entry.pop("cgroup-mode", None)
-        entry.pop("host-arch", None)
+        for key in ("cgroup-mode", "hastate"):   # /cluster/resources only
+            entry.pop(key, None)
         entry["ssl_fingerprint"] = ":".join(f"{(i * 37 + len(name)) % 256:02X}" for i in range(32))
         result.append(entry)
     return result

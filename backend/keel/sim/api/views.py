@@ -18,7 +18,7 @@ def _uptime(cluster: Cluster, guest: SimGuest) -> int:
     return max(0, int(cluster.t - guest.started_at))
 
 
-def _boot_disk(guest: SimGuest) -> int:
+def boot_disk(guest: SimGuest) -> int:
     for volume in guest.volumes():
         if not volume.cdrom and not volume.key.startswith("unused"):
             return volume.size
@@ -29,7 +29,7 @@ def guest_usage_fields(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
     """The usage fields shared by /cluster/resources, the node lists and status/current."""
     cpu, mem = cluster.guest_usage(guest)
     uptime = _uptime(cluster, guest)
-    maxdisk = _boot_disk(guest)
+    maxdisk = boot_disk(guest)
     fields: dict[str, Any] = {
         "cpu": round(cpu, 6), "maxcpu": cluster.guest_maxcpu(guest),
         "mem": mem, "maxmem": guest.maxmem,
@@ -59,7 +59,7 @@ def guest_resource(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
         entry.update(guest_usage_fields(cluster, guest))
     else:
         entry.update(maxcpu=cluster.guest_maxcpu(guest), maxmem=guest.maxmem,
-                     maxdisk=_boot_disk(guest))
+                     maxdisk=boot_disk(guest))
     if guest.tags:
         entry["tags"] = guest.tags
     if guest.lock:
@@ -145,14 +145,16 @@ def guest_list_entry(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
     entry: dict[str, Any] = {"vmid": guest.vmid, "status": guest.status, "name": guest.name}
     fields = guest_usage_fields(cluster, guest)
     entry.update(fields)
-    entry["cpus"] = fields["maxcpu"]
+    entry["cpus"] = entry.pop("maxcpu")     # vmstatus says cpus; maxcpu is /cluster/resources'
+    if cluster.scenario.pve_major < 9:
+        entry.pop("memhost", None)          # qemu-server reports memhost since PVE 9
     if guest.type == "lxc":
         entry["type"] = "lxc"
         entry["maxswap"] = int(guest.config.get("swap", 512)) * MiB
         entry["swap"] = 0
     if guest.status == "running":
         entry["pid"] = 10000 + guest.vmid
-        if cluster.version.startswith("9"):
+        if cluster.scenario.pve_major >= 9:
             cpu = fields["cpu"]
             entry["pressurecpusome"] = load.cpu_pressure(cpu)
             entry["pressurecpufull"] = round(load.cpu_pressure(cpu) * 0.5, 2)
@@ -194,89 +196,3 @@ def node_status(cluster: Cluster, name: str) -> dict[str, Any]:
         "boot-info": {"mode": "efi", "secureboot": 0},
         "pveversion": f"pve-manager/{cluster.version}/{cluster.repoid}",
     }
-
-
-# -- rrddata -----------------------------------------------------------------------
-
-TIMEFRAMES = {"hour": (60, 60), "day": (60, 1440), "week": (1800, 336),
-              "month": (1800, 1440), "year": (21600, 1440), "decade": (604800, 570)}
-
-
-def _rows(cluster: Cluster, timeframe: str) -> list[float]:
-    step, count = TIMEFRAMES[timeframe]
-    newest = (cluster.t // step) * step - step   # the newest complete bucket
-    return [newest - step * i for i in range(count - 1, -1, -1)]
-
-
-def _samples(step: float, t: float) -> list[float]:
-    k = min(6, max(2, int(step // load.SAMPLE_S)))
-    return [t + step * (i + 0.5) / k for i in range(k)]
-
-
-def node_rrd(cluster: Cluster, name: str, timeframe: str, cf: str) -> list[dict[str, Any]]:
-    node = cluster.nodes[name]
-    spec = node.spec
-    guests = [g for g in cluster.guests.values() if g.node == name and g.status == "running"]
-    pick = max if cf == "MAX" else (lambda xs: sum(xs) / len(xs))
-    step, _ = TIMEFRAMES[timeframe]
-    pve9 = cluster.version.startswith("9")
-    rows = []
-    for t in _rows(cluster, timeframe):
-        if t < node.booted_at:
-            continue
-        cpus, mems = [], []
-        for s in _samples(step, t):
-            cores, mem = spec.overhead_cpu, spec.overhead_mem
-            for guest in guests:
-                if guest.started_at is not None and guest.started_at > s:
-                    continue
-                cores += load.cpu_frac(guest.cpu_base, guest.profile, cluster.seed, guest.vmid, s)\
-                    * cluster.guest_maxcpu(guest)
-                mem += load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, s)
-            cpus.append(min(1.0, cores / spec.cpus))
-            mems.append(min(spec.memory, mem))
-        cpu, mem = pick(cpus), pick(mems)
-        row: dict[str, Any] = {
-            "time": int(t), "loadavg": round(cpu * spec.cpus, 2), "maxcpu": spec.cpus,
-            "cpu": round(cpu, 6), "iowait": 0.002, "memtotal": spec.memory, "memused": int(mem),
-            "memavailable": int(spec.memory - mem), "arcsize": 0, "swaptotal": 8 * GiB,
-            "swapused": 0, "roottotal": spec.rootfs, "rootused": spec.rootfs_used,
-            "netin": 1_200_000.0, "netout": 900_000.0,
-        }
-        if pve9:
-            row["pressurecpusome"] = load.cpu_pressure(cpu)
-            row["pressureiosome"], row["pressureiofull"] = load.io_pressure(cluster.seed, -spec.cpus, t)
-            row["pressurememorysome"], row["pressurememoryfull"] = load.mem_pressure(mem / spec.memory)
-        rows.append(row)
-    return rows
-
-
-def guest_rrd(cluster: Cluster, guest: SimGuest, timeframe: str, cf: str) -> list[dict[str, Any]]:
-    pick = max if cf == "MAX" else (lambda xs: sum(xs) / len(xs))
-    step, _ = TIMEFRAMES[timeframe]
-    maxcpu = cluster.guest_maxcpu(guest)
-    pve9 = cluster.version.startswith("9")
-    maxdisk = _boot_disk(guest)
-    rows = []
-    for t in _rows(cluster, timeframe):
-        running = guest.status == "running" and (guest.started_at is None or guest.started_at <= t)
-        row: dict[str, Any] = {"time": int(t), "maxcpu": maxcpu, "maxmem": guest.maxmem,
-                               "maxdisk": maxdisk}
-        if running:
-            samples = _samples(step, t)
-            cpu = pick([load.cpu_frac(guest.cpu_base, guest.profile, cluster.seed, guest.vmid, s)
-                        for s in samples])
-            mem = pick([load.mem_bytes(guest.mem_base, guest.maxmem, guest.profile, s) for s in samples])
-            row.update(cpu=round(cpu, 6), mem=int(mem), disk=0, netin=float(NET_RATE),
-                       netout=float(NET_RATE / 2), diskread=float(DISK_RATE),
-                       diskwrite=float(DISK_RATE / 3))
-            if guest.type == "qemu":
-                row["memhost"] = int(mem) + 64 * MiB
-            if pve9:
-                row["pressurecpusome"] = load.cpu_pressure(cpu)
-                row["pressurecpufull"] = round(load.cpu_pressure(cpu) * 0.5, 2)
-                row["pressureiosome"], row["pressureiofull"] = load.io_pressure(cluster.seed, guest.vmid, t)
-                row["pressurememorysome"], row["pressurememoryfull"] = load.mem_pressure(
-                    mem / guest.maxmem if guest.maxmem else 0)
-        rows.append(row)
-    return rows

@@ -1,0 +1,282 @@
+"""Migrations: the precondition PVE reports, the checks before the worker starts, and a
+qmigrate/vzmigrate task that unfolds in simulated time (qemu-server QemuMigrate.pm,
+pve-container LXC/Migrate.pm).  The HA manager's LRM uses the same ``start_migration``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from keel.sim.cluster import GiB, MiB, Cluster
+from keel.sim.errors import ApiError, param_error
+from keel.sim.guests import Migration, SimGuest, Volume
+from keel.sim.ops import check_lock
+from keel.sim.tasks import Task
+
+OFFLINE_MIGRATION_S = 1.5
+MAX_PROGRESS_LINES = 30
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _gib(value: float) -> str:
+    if value >= GiB:
+        return f"{value / GiB:.1f} GiB"
+    return f"{value / MiB:.1f} MiB"
+
+
+def local_volumes(cluster: Cluster, guest: SimGuest) -> list[Volume]:
+    """Volumes that live on storage only this node reaches (qemu-server's local-disk test)."""
+    found = []
+    for volume in guest.volumes():
+        if volume.volid == "none" or volume.storage is None:
+            continue
+        storage = cluster.storages.get(volume.storage)
+        if volume.shared_flag or (storage is not None and storage.spec.shared):
+            continue
+        found.append(volume)
+    return found
+
+
+def unavailable_storages(cluster: Cluster, guest: SimGuest, target: str) -> list[str]:
+    names = []
+    for volume in guest.volumes():
+        storage = cluster.storages.get(volume.storage or "")
+        if storage is not None and not storage.available_on(target) and storage.name not in names:
+            names.append(storage.name)
+    return sorted(names)
+
+
+def migrate_precondition(cluster: Cluster, guest: SimGuest, target: str | None) -> dict[str, Any]:
+    check_lock(guest)
+    allowed, not_allowed = [], {}
+    for name in sorted(cluster.nodes):
+        if name == guest.node:
+            continue
+        reasons: dict[str, Any] = {}
+        storages = unavailable_storages(cluster, guest, name)
+        if storages:
+            reasons["unavailable_storages"] = storages
+        blocking = cluster.ha.blocking_resources(guest, name)
+        if blocking:
+            reasons["blocking-ha-resources"] = blocking
+        if reasons:
+            not_allowed[name] = reasons
+        else:
+            allowed.append(name)
+    locals_ = local_volumes(cluster, guest)
+    devices = guest.local_devices()
+    running = guest.status == "running"
+    dependent = cluster.ha.dependent_resources(guest)
+    if guest.type == "lxc":
+        result: dict[str, Any] = {"running": running, "allowed-nodes": allowed,
+                                  "not-allowed-nodes": not_allowed}
+        if dependent:
+            result["dependent-ha-resources"] = dependent
+        return result
+    result = {
+        "running": running,
+        "allowed_nodes": allowed,
+        "not_allowed_nodes": not_allowed,
+        "local_disks": [{"volid": v.volid, "size": v.size, "cdrom": int(v.cdrom),
+                         "is_unused": int(v.key.startswith("unused")), "drivename": v.key}
+                        for v in locals_],
+        "local_resources": devices,
+        "mapped-resources": [],
+        "mapped-resource-info": {},
+        "has-dbus-vmstate": 1,
+    }
+    if dependent:
+        result["dependent-ha-resources"] = dependent
+    return result
+
+
+def _migration_fault(cluster: Cluster, vmid: int) -> str | None:
+    for fault in cluster.migration_faults:
+        if fault.vmid is None or fault.vmid == vmid:
+            if cluster.fault_rng.random() < fault.rate:
+                return fault.message
+    return None
+
+
+def check_migrate_request(cluster: Cluster, guest: SimGuest, target: str) -> None:
+    """The checks PVE makes before it starts a migration worker (an offline target is only
+    found by the worker, when it cannot reach the node over SSH)."""
+    if target == guest.node:
+        raise param_error({"target": "target is local node."})
+    if target not in cluster.nodes:
+        raise ApiError(500, f"no such cluster node '{target}'")
+    check_lock(guest)
+    storages = unavailable_storages(cluster, guest, target)
+    if storages:
+        raise ApiError(500, f"storage '{storages[0]}' is not available on node '{target}'")
+
+
+class _Log:
+    """A migration task's log: AbstractMigrate prefixes each line with the local time."""
+
+    def __init__(self, task: Task):
+        self.task = task
+
+    def __call__(self, at: float, text: str, error: bool = False) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+        self.task.log(at, f"{stamp}{' ERROR:' if error else ''} {text}")
+
+
+def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *,
+                    online: bool = False, with_local_disks: bool = False, force: bool = False,
+                    restart: bool = False,
+                    on_done: Callable[[bool], None] | None = None) -> Task:
+    """Start a qmigrate/vzmigrate task; ``on_done(ok)`` runs when it ends either way.
+
+    As in AbstractMigrate: an error while preparing or copying disks ends the task with
+    ``migration aborted``; one while the RAM moves (phase 2) with ``migration problems``;
+    either way the guest stays where it was (a container moved in restart mode is started
+    again on the source).  While the RAM moves the guest's memory counts on both nodes.
+    """
+    kind = "qmigrate" if guest.type == "qemu" else "vzmigrate"
+    running = guest.status == "running"
+    task = cluster.new_task(guest.node, kind, str(guest.vmid), user)
+    task.info["target"] = target
+    log = _Log(task)
+    t0 = cluster.t
+    live = running and guest.type == "qemu"
+    restarted = running and guest.type == "lxc"
+    _, mem_used = cluster.guest_usage(guest, cluster.t)
+    label = "VM" if guest.type == "qemu" else "CT"
+    if guest.type == "qemu":
+        log(t0, f"starting migration of VM {guest.vmid} to node '{target}' "
+                f"({cluster.nodes[target].spec.ip})")
+    elif restarted:
+        log(t0, f"shutdown CT {guest.vmid}")
+
+    def release() -> None:
+        guest.migration = None
+        if guest.lock == "migrate":
+            guest.config.pop("lock", None)
+        cluster.invalidate_usage()
+
+    def end(outcome: str, error: str = "", exitstatus: str | None = None) -> None:
+        if not task.running:
+            return
+        release()
+        duration = _hms(cluster.t - t0)
+        if outcome == "ok":
+            guest.node = target
+            log(cluster.t, f"migration finished successfully (duration {duration})")
+        elif outcome == "problems":
+            log(cluster.t, f"online migrate failure - {error}", error=True)
+            log(cluster.t, "aborting phase 2 - cleanup resources")
+            log(cluster.t, f"migration finished with problems (duration {duration})", error=True)
+        else:
+            log(cluster.t, f"migration aborted (duration {duration}): {error}", error=True)
+        if outcome != "ok" and restarted and guest.status != "running":
+            guest.status, guest.started_at = "running", cluster.t   # restarted on the source
+        task.finish(cluster.t, exitstatus or {"ok": "OK", "problems": "migration problems"}.get(
+            outcome, "migration aborted"))
+        if on_done:
+            on_done(outcome == "ok")
+
+    def abort(at: float, reason: str) -> None:
+        release()
+        if on_done:
+            on_done(False)
+    task.on_abort = abort
+
+    error, lines = _precheck_in_worker(cluster, guest, target, online, with_local_disks, force,
+                                       restart)
+    if error:
+        for line in lines:
+            log(t0, line)
+        cluster.schedule(t0 + 0.5, lambda: end("aborted", error))
+        return task
+    guest.config["lock"] = "migrate"
+    guest.migration = Migration(target, task.upid, online=live)
+    cluster.invalidate_usage()
+
+    locals_ = [v for v in local_volumes(cluster, guest) if not v.cdrom]
+    t = t0 + (cluster.scenario.migration_setup_s if live else 0.5)
+    if restarted:
+        cluster.schedule(t0 + 3.0, lambda: _stop(cluster, guest) if task.running else None)
+        t += 3.0
+    if live:
+        free = cluster.nodes[target].spec.memory - cluster.node_usage(target)[1]
+        if mem_used > free:
+            cluster.schedule(t, lambda: end("problems", "failed to start VM on target node: kvm: "
+                                                        "cannot set up guest memory 'pc.ram': "
+                                                        "Cannot allocate memory"))
+            return task
+    if locals_:
+        for volume in locals_:
+            log(t, f"{volume.key}: start migration to {target} ({_gib(volume.size)})")
+        t += sum(v.size for v in locals_) / cluster.scenario.disk_speed
+        log(t, f"mirror-{locals_[0].key}: Completing block job...")
+    fault = _migration_fault(cluster, guest.vmid)
+    if live:
+        speed = cluster.scenario.migration_speed
+        ram_s = max(0.5, mem_used / speed)
+        step = max(1.0, ram_s / MAX_PROGRESS_LINES)
+        log(t, "migration downtime limit: 100 ms")
+        elapsed = step
+        while elapsed < ram_s:
+            log(t + elapsed, f"migration active, transferred {_gib(mem_used * elapsed / ram_s)} of "
+                             f"{_gib(guest.maxmem)} VM-state, {_gib(speed)}/s")
+            elapsed += step
+        if fault:   # an injected fault's message is the task's exit status (docs/simulator.md)
+            cluster.schedule(t + ram_s / 2, lambda: end("problems", fault, fault))
+            return task
+        t += ram_s
+        log(t, f"average migration speed: {_gib(speed)}/s - downtime 45 ms")
+        log(t, f"migration completed, transferred {_gib(mem_used)} VM-state")
+    else:
+        if fault:
+            cluster.schedule(t, lambda: end("aborted", fault, fault))
+            return task
+        t += OFFLINE_MIGRATION_S
+    if restarted:
+        log(t, "start container on target node")
+        t += 2.0
+
+        def start_on_target() -> None:
+            if task.running:
+                guest.status, guest.started_at = "running", cluster.t
+        cluster.schedule(t - 0.01, start_on_target)
+    cluster.schedule(t, lambda: end("ok"))
+    return task
+
+
+def _stop(cluster: Cluster, guest: SimGuest) -> None:
+    guest.status, guest.started_at = "stopped", None
+    cluster.invalidate_usage()
+
+
+def _precheck_in_worker(cluster: Cluster, guest: SimGuest, target: str, online: bool,
+                        with_local_disks: bool, force: bool, restart: bool) -> tuple[str, list[str]]:
+    """What QemuMigrate/LXC::Migrate's prepare and volume scan refuse, in their order:
+    (error, lines logged before it); no error: ("", [])."""
+    running = guest.status == "running"
+    unreachable = "Can't connect to destination address using public key"
+    if guest.type == "lxc":
+        if running and online and not restart:
+            return "lxc live migration is currently not implemented", []
+        return ("" if cluster.nodes[target].online else unreachable), []
+    devices = guest.local_devices()
+    if devices and not force:
+        return f"can't migrate VM which uses local devices: {', '.join(devices)}", []
+    if not cluster.nodes[target].online:
+        return unreachable, []
+    problems = []
+    for volume in local_volumes(cluster, guest):
+        if volume.cdrom:
+            problems.append((volume.volid, "local cdrom image"))
+        elif running and not with_local_disks:
+            problems.append((volume.volid, "can't live migrate attached local disks without "
+                                           "with-local-disks option"))
+    if problems:
+        return "can't migrate VM - check log", [f"can't migrate local disk '{volid}': {why}"
+                                                for volid, why in problems]
+    return "", []
