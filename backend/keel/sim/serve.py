@@ -11,23 +11,14 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from werkzeug.serving import WSGIRequestHandler, make_server
-
 from keel.sim import scenario as sc
 from keel.sim.clock import Clock
 from keel.sim.cluster import Cluster
+from keel.sim.httpd import HttpsServer
 from keel.sim.server import SimApp
 from keel.sim.tls import make_certificate
 
 log = logging.getLogger("keel.sim")
-
-
-class QuietHandler(WSGIRequestHandler):
-    """No access log on stderr (the request log is in ``/_sim/requests``); errors still show."""
-
-    def log(self, type: str, message: str, *args: object) -> None:  # noqa: A002
-        if type == "error":
-            super().log(type, message, *args)
 
 
 class SimServer:
@@ -43,8 +34,7 @@ class SimServer:
         self.cert_file, key_file = make_certificate(Path(tls_dir))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert_file, key_file)
-        self.server = make_server(host, port, SimApp(self.cluster), threaded=True,
-                                  request_handler=QuietHandler, ssl_context=context)
+        self.server = HttpsServer(host, port, SimApp(self.cluster), context)
         self.host = host
         self.port = self.server.server_address[1]
         self._thread: threading.Thread | None = None
