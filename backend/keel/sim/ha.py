@@ -23,7 +23,7 @@ from keel.sim.ha_status import StatusViews
 
 ROUND_S = 10.0
 FENCE_DELAY_S = 60.0
-RESOURCE_DEFAULTS = {"state": "started", "failback": 1, "max_restart": 1, "max_relocate": 1}
+RESOURCE_KEYS = ("state", "failback", "max_restart", "max_relocate", "comment", "group")
 
 
 def _digest(data: Any) -> str:
@@ -79,7 +79,7 @@ class HaManager(Placement, StatusViews):
         return hashlib.md5(f"{self.cluster.seed}:{self.uid}".encode()).hexdigest()[:22]
 
     def _initial_state(self, sid: str, guest: SimGuest) -> str:
-        request = self.resources[sid]["state"]
+        request = self.requested(sid)
         if request == "ignored":
             return "ignored"
         if request in ("started", "enabled"):
@@ -92,6 +92,10 @@ class HaManager(Placement, StatusViews):
     def active(self) -> bool:
         return bool(self.resources)
 
+    def rules_changed(self) -> None:
+        """Rules or groups changed: the next CRM round applies them."""
+        self._ensure_round()
+
     def _ensure_round(self) -> None:
         if self.round_scheduled or not self.resources:
             return
@@ -103,13 +107,29 @@ class HaManager(Placement, StatusViews):
         sid = guest.sid
         if sid not in self.resources:
             return None
-        if self.resources[sid]["state"] == "ignored":
+        if self.requested(sid) == "ignored":
             return "ignored"
         return self.service.get(sid, {}).get("state", "started")
 
     # -- API-facing ----------------------------------------------------------------
 
+    def requested(self, sid: str) -> str:
+        """The resource's requested state (read_and_check_resources_config's default)."""
+        state = self.resources[sid].get("state", "started")
+        return "started" if state == "enabled" else state
+
+    def parse_sid(self, sid: str) -> str:
+        """``100`` → ``vm:100`` or ``ct:100`` by the guest's type (HA::Config::parse_sid)."""
+        sid = str(sid)
+        if sid.isdigit():
+            guest = self.cluster.guests.get(int(sid))
+            if guest is None:
+                raise ApiError(500, f"unable to detect SID from VMID - VM/CT {sid} does not exist")
+            return guest.sid
+        return sid
+
     def resource_entries(self) -> list[dict[str, Any]]:
+        """The configured keys of each resource, its sid, type and the file's digest."""
         entries = []
         for sid, res in sorted(self.resources.items(), key=lambda kv: sid_key(kv[0])):
             entry = {"sid": sid, **{k: v for k, v in res.items() if v != ""}}
@@ -118,48 +138,65 @@ class HaManager(Placement, StatusViews):
         return entries
 
     def add_resource(self, sid: str, params: dict[str, Any]) -> None:
+        sid = self.parse_sid(sid)
+        self._check_group(params.get("group"))
+        kind, _, vmid = sid.partition(":")
+        guest = self.cluster.guests.get(int(vmid)) if vmid.isdigit() else None
+        if guest is None or guest.sid != sid:
+            raise ApiError(500, f"resource '{sid}' does not exist in cluster")
         if sid in self.resources:
-            raise ApiError(500, f"resource ID '{sid}' already defined")
-        guest = self._guest_for_sid(sid)
-        if "group" in params and self.pve9:
-            raise ApiError(500, "ha groups have been migrated to rules, 'group' is not supported")
-        if params.get("group") and params["group"] not in self.groups:
-            raise ApiError(500, f"HA group '{params['group']}' does not exist")
-        res = {"type": sid[:2], **RESOURCE_DEFAULTS}
-        res.update({k: v for k, v in params.items() if k in (
-            "state", "failback", "max_restart", "max_relocate", "comment", "group")})
-        if res["state"] == "enabled":
-            res["state"] = "started"
-        self.resources[sid] = res
+            raise ApiError(500, f"create resource failed: resource ID '{sid}' already defined")
+        self.resources[sid] = {"type": kind, **{k: v for k, v in params.items() if k in RESOURCE_KEYS}}
         self.service[sid] = {"node": guest.node, "state": self._initial_state(sid, guest),
                              "uid": self._uid()}
         self._ensure_round()
 
     def update_resource(self, sid: str, params: dict[str, Any]) -> None:
-        res = self._resource(sid)
-        for key in params.get("delete", "").split(","):
-            if key.strip():
-                res.pop(key.strip(), None)
-        for key in ("state", "failback", "max_restart", "max_relocate", "comment", "group"):
-            if key in params:
-                res[key] = "started" if params[key] == "enabled" else params[key]
-        if res.get("state") == "ignored":
+        sid = self.parse_sid(sid)
+        self._check_group(params.get("group"))
+        if sid not in self.resources:
+            raise ApiError(500, f"update resources config failed: no such resource '{sid}'")
+        res = self.resources[sid]
+        res.update({k: v for k, v in params.items() if k in RESOURCE_KEYS})
+        for key in (k.strip() for k in str(params.get("delete", "")).split(",") if k.strip()):
+            if key not in RESOURCE_KEYS:
+                raise ApiError(500, f"update resources config failed: no such option '{key}'")
+            res.pop(key, None)
+        if self.requested(sid) == "ignored":
             self.service[sid]["state"] = "ignored"
         elif self.service[sid]["state"] == "ignored":
             guest = self._guest_for_sid(sid)
             self.service[sid] = {"node": guest.node, "state": self._initial_state(sid, guest),
                                  "uid": self._uid()}
+        self._ensure_round()
+
+    def _check_group(self, group: str | None) -> None:
+        if group is None:
+            return
+        if self.pve9:
+            raise ApiError(500, "invalid parameter 'group': ha groups have been migrated to rules")
+        if group not in self.groups:
+            raise ApiError(500, f"HA group '{group}' does not exist")
+
+    def delete_resource(self, sid: str, purge: bool = True) -> None:
+        """Remove a resource; with ``purge`` (the default) also from its rules, deleting a
+        rule left without resources."""
+        sid = self.parse_sid(sid)
+        if sid not in self.resources:
+            raise ApiError(500, f"cannot delete service '{sid}', not HA managed!")
+        self.remove_resource(sid)
+        if purge:
+            for name in list(self.rules):
+                members = [s for s in self.rules[name]["resources"].split(",") if s and s != sid]
+                if members:
+                    self.rules[name]["resources"] = ",".join(members)
+                else:
+                    del self.rules[name]
 
     def remove_resource(self, sid: str) -> None:
         self.resources.pop(sid, None)
         self.service.pop(sid, None)
         self.commands = [c for c in self.commands if c[1] != sid]
-
-    def _resource(self, sid: str) -> dict[str, Any]:
-        sid = normalise_sid(sid)
-        if sid not in self.resources:
-            raise ApiError(500, f"no such resource '{sid}'")
-        return self.resources[sid]
 
     def _guest_for_sid(self, sid: str) -> SimGuest:
         kind, _, vmid = sid.partition(":")
@@ -169,18 +206,20 @@ class HaManager(Placement, StatusViews):
         return guest
 
     def queue(self, command: str, sid: str, node: str) -> dict[str, Any] | None:
-        sid = normalise_sid(sid)
-        res = self._resource(sid)
+        """``ha-manager crm-command migrate|relocate``: queued for the next CRM round (which
+        refuses, with a log line only, what affinity forbids).  PVE 9 answers what moves
+        along and what blocks; PVE 8 answers null."""
+        sid = self.parse_sid(sid)
+        if not self._routed(sid):
+            raise ApiError(500, f"resource '{sid}' is not HA managed")
+        if self.service.get(sid, {}).get("state") == "error":
+            raise ApiError(500, f"service '{sid}' in error state, must be disabled and fixed first")
         if node not in self.cluster.nodes:
             raise ApiError(500, f"no such cluster node '{node}'")
-        blocking = [{"sid": p, "cause": "resource-affinity"} for p in self._partners(sid, "negative")
-                    if self.cluster.guests.get(int(p.split(":")[1])) is not None
-                    and self.cluster.guests[int(p.split(":")[1])].node == node]
-        comigrated = [p for p in self._partners(sid, "positive") if p in self.resources]
-        if res.get("state") != "ignored" and not blocking:
-            self.commands.append((command, sid, node))
-            for partner in comigrated:
-                self.commands.append((command, partner, node))
+        guest = self._guest_for_sid(sid)
+        blocking = self.blocking_resources(guest, node)
+        comigrated = self.dependent_resources(guest) or []
+        self.commands.append((command, sid, node))
         self._ensure_round()
         if not self.pve9:
             return None
@@ -244,7 +283,7 @@ class HaManager(Placement, StatusViews):
                 continue
             self.node_status[node] = "fence"
             for sid, status in sorted(self.service.items()):
-                if status["node"] != node or self.resources[sid]["state"] == "ignored":
+                if status["node"] != node or self.requested(sid) == "ignored":
                     continue
                 guest = self._guest_for_sid(sid)
                 target = self.select_node(sid, exclude={node})
@@ -261,19 +300,26 @@ class HaManager(Placement, StatusViews):
             self.cluster.invalidate_usage()
 
     def _run_command(self, command: str, sid: str, node: str) -> None:
+        """A queued migrate/relocate: refused (a log line in PVE) for a node that is not an
+        online HA node or that holds a negative-affinity partner; positive-affinity
+        partners move along; containers always relocate."""
         status = self.service.get(sid)
         if status is None or status["state"] not in ("started", "stopped", "request_start"):
             return
-        if node == status["node"] or not self.cluster.nodes[node].online:
+        if node == status["node"] or self.node_status.get(node) != "online":
             return
-        if node in self.maintenance:
+        guest = self._guest_for_sid(sid)
+        if self.blocking_resources(guest, node):
             return
-        if status["state"] in ("stopped", "request_start"):
-            guest = self._guest_for_sid(sid)
-            guest.node = node
-            status["node"] = node
-            return
-        self._migrate(sid, node, relocate=(command == "relocate"))
+        for member in [sid] + (self.dependent_resources(guest) or []):
+            member_status = self.service.get(member)
+            if member_status is None or member_status["node"] == node:
+                continue
+            if member_status["state"] in ("stopped", "request_start"):
+                self._guest_for_sid(member).node = node
+                member_status["node"] = node
+            elif member_status["state"] == "started":
+                self._migrate(member, node, relocate=(command == "relocate"))
 
     def _migrate(self, sid: str, node: str, relocate: bool = False) -> None:
         status = self.service[sid]
@@ -296,9 +342,8 @@ class HaManager(Placement, StatusViews):
 
     def _manage(self, sid: str) -> None:
         cluster = self.cluster
-        res = self.resources[sid]
         status = self.service[sid]
-        request = res["state"]
+        request = self.requested(sid)
         if request == "ignored" or status["state"] in ("migrate", "relocate"):
             return
         guest = self._guest_for_sid(sid)

@@ -37,6 +37,7 @@ class Placement:
     groups: dict[str, dict[str, Any]]
     resources: dict[str, dict[str, Any]]
     service: dict[str, dict[str, Any]]
+    node_status: dict[str, str]
     maintenance: set[str]
 
     def effective_rules(self) -> list[dict[str, Any]]:
@@ -83,20 +84,29 @@ class Placement:
         return sorted(n for n in candidates if nodes[n] == best)
 
     def blocking_resources(self, guest: "SimGuest", node: str) -> list[dict[str, str]]:
-        if guest.sid not in self.resources:
+        """get_resource_motion_info: negative-affinity partners on (or moving to) ``node``,
+        for HA nodes that are online; ignored partners do not count."""
+        if not self._routed(guest.sid) or self.node_status.get(node) != "online":
             return []
         blocking = []
         for partner in self._partners(guest.sid, "negative"):
-            vmid = int(partner.split(":")[1])
-            other = self.cluster.guests.get(vmid)
-            if other is not None and other.node == node:
-                blocking.append({"sid": partner, "cause": "resource-affinity"})
+            status = self.service.get(partner)
+            if not self._routed(partner) or status is None:
+                continue
+            if status.get("node") not in (None, node) or status.get("target") not in (None, node):
+                continue
+            blocking.append({"sid": partner, "cause": "resource-affinity"})
         return blocking
 
-    def dependent_resources(self, guest: "SimGuest") -> list[str]:
-        if guest.sid not in self.resources:
-            return []
-        return [p for p in self._partners(guest.sid, "positive") if p in self.resources]
+    def dependent_resources(self, guest: "SimGuest") -> list[str] | None:
+        """Positive-affinity partners that move along; None when the guest is not HA-managed."""
+        if not self._routed(guest.sid):
+            return None
+        return [p for p in self._partners(guest.sid, "positive") if self._routed(p)]
+
+    def _routed(self, sid: str) -> bool:
+        state = self.resources[sid].get("state") if sid in self.resources else None
+        return sid in self.resources and state != "ignored"
 
     def _online_nodes(self) -> list[str]:
         return sorted(n for n, node in self.cluster.nodes.items()

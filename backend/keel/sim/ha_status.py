@@ -22,11 +22,13 @@ class StatusViews:
     master: str
     last_round: float
 
+    def requested(self, sid: str) -> str: ...
+
     def manager_status(self) -> dict[str, Any]:
         cluster = self.cluster
         services = {}
         for sid, status in sorted(self.service.items()):
-            if self.resources.get(sid, {}).get("state") == "ignored":
+            if sid in self.resources and self.requested(sid) == "ignored":
                 continue
             entry = {k: v for k, v in status.items()}
             guest = cluster.guests.get(int(sid.split(":")[1]))
@@ -50,6 +52,8 @@ class StatusViews:
         return data
 
     def status_current(self) -> list[dict[str, Any]]:
+        """pve-ha-manager's API2/HA/Status.pm ``status``: quorum, master, fencing, one LRM
+        per node, then the services with the verbose state the CLI shows."""
         cluster = self.cluster
         local = cluster.scenario.local_node
         stamp = int(self.last_round)
@@ -57,35 +61,68 @@ class StatusViews:
             {"id": "quorum", "type": "quorum", "node": local,
              "status": "OK" if cluster.quorate else "No quorum on node '%s'!" % local,
              "quorate": int(cluster.quorate)}]
-        if self.resources:
+        active = bool(self.resources) and cluster.quorate
+        if self.master:
+            crs = cluster.crs.get("ha", "basic")
+            extra = f" - {crs} load CRS" if crs != "basic" else ""
+            state = "active" if active else "idle"
             entries.append({"id": "master", "type": "master", "node": self.master,
-                            "status": f"{self.master} (active, {_ctime(stamp)})", "timestamp": stamp})
+                            "status": f"{self.master} ({state}, {_ctime(stamp)}){extra}",
+                            "timestamp": stamp})
+        armed = "armed" if active else "standby"
+        entries.append({"id": "fencing", "type": "fencing", "node": self.master or local,
+                        "status": f"{armed} (CRM watchdog {'active' if active else 'standby'})",
+                        "armed-state": armed})
         for name, node in sorted(cluster.nodes.items()):
+            busy = any(s["node"] == name for s in self.service.values())
             if not node.online:
-                state = "old timestamp - dead?"
+                state, watchdog = "old timestamp - dead?", "watchdog standby"
             elif name in self.maintenance:
-                state = "maintenance mode"
-            elif any(s["node"] == name for s in self.service.values()):
-                state = "active"
+                state, watchdog = "maintenance mode", "watchdog active"
+            elif busy:
+                state, watchdog = "active", "watchdog active"
             else:
-                state = "idle"
+                state, watchdog = "idle", "watchdog standby"
             entries.append({"id": f"lrm:{name}", "type": "lrm", "node": name,
-                            "status": f"{name} ({state}, {_ctime(stamp)})", "timestamp": stamp})
+                            "status": f"{name} ({state}, {watchdog}, {_ctime(stamp)})",
+                            "timestamp": stamp})
         for sid, res in sorted(self.resources.items(), key=lambda kv: sid_key(kv[0])):
             status = self.service.get(sid, {})
-            state = status.get("state", "ignored") if res["state"] != "ignored" else "ignored"
-            entry = {"id": f"service:{sid}", "type": "service", "sid": sid,
-                     "node": status.get("node", ""), "crm_state": state, "state": state,
-                     "request_state": res["state"],
-                     "status": f"{sid} ({status.get('node', '')}, {state})",
-                     "failback": int(res.get("failback", 1)),
-                     "max_restart": res.get("max_restart", 1),
-                     "max_relocate": res.get("max_relocate", 1)}
-            if res.get("comment"):
-                entry["comment"] = res["comment"]
+            request = self.requested(sid)
+            entry: dict[str, Any] = {"id": f"service:{sid}", "type": "service", "sid": sid,
+                                     "node": status.get("node", "")}
+            if request != "ignored":
+                entry["crm_state"] = status.get("state")
+            entry["state"] = self._verbose_state(sid, request, status)
+            entry["status"] = f"{sid} ({entry['node'] or '---'}, {entry['state']})"
+            entry["request_state"] = request
+            for key in ("group", "max_restart", "max_relocate", "failback", "comment"):
+                if res.get(key) not in (None, ""):
+                    entry[key] = res[key]
+            entry.setdefault("max_restart", 1)
+            entry.setdefault("max_relocate", 1)
+            entry.setdefault("failback", 1)
             entries.append(entry)
         return entries
 
+    def _verbose_state(self, sid: str, request: str, status: dict[str, Any]) -> str:
+        """get_verbose_service_state: what a service is doing, in words."""
+        if request == "ignored":
+            return "ignored"
+        current = status.get("state")
+        guest = self.cluster.guests.get(int(sid.split(":")[1]))
+        running = guest is not None and guest.status == "running"
+        if current in ("request_start", "starting"):
+            return "starting"
+        if current == "request_stop":
+            return "stopping"
+        if current == "stopped":
+            return {"started": "starting", "disabled": "disabled"}.get(request, "stopped")
+        if current == "started":
+            if request in ("stopped", "disabled"):
+                return "stopping"
+            return "started" if running else "starting"
+        return current or "queued"
 
 
 def _ctime(stamp: int) -> str:

@@ -52,13 +52,17 @@ def unavailable_storages(cluster: Cluster, guest: SimGuest, target: str) -> list
 
 
 def migrate_precondition(cluster: Cluster, guest: SimGuest, target: str | None) -> dict[str, Any]:
+    """GET .../migrate: which nodes are possible and what ties the guest to its node
+    (qemu-server and pve-container's migrate_vm_precondition; containers in kebab-case
+    and without storage or device checks)."""
     check_lock(guest)
+    running = int(guest.status == "running")
     allowed, not_allowed = [], {}
     for name in sorted(cluster.nodes):
         if name == guest.node:
             continue
         reasons: dict[str, Any] = {}
-        storages = unavailable_storages(cluster, guest, name)
+        storages = unavailable_storages(cluster, guest, name) if guest.type == "qemu" else []
         if storages:
             reasons["unavailable_storages"] = storages
         blocking = cluster.ha.blocking_resources(guest, name)
@@ -68,31 +72,36 @@ def migrate_precondition(cluster: Cluster, guest: SimGuest, target: str | None) 
             not_allowed[name] = reasons
         else:
             allowed.append(name)
-    locals_ = local_volumes(cluster, guest)
-    devices = guest.local_devices()
-    running = guest.status == "running"
     dependent = cluster.ha.dependent_resources(guest)
     if guest.type == "lxc":
         result: dict[str, Any] = {"running": running, "allowed-nodes": allowed,
                                   "not-allowed-nodes": not_allowed}
-        if dependent:
-            result["dependent-ha-resources"] = dependent
-        return result
-    result = {
-        "running": running,
-        "allowed_nodes": allowed,
-        "not_allowed_nodes": not_allowed,
-        "local_disks": [{"volid": v.volid, "size": v.size, "cdrom": int(v.cdrom),
-                         "is_unused": int(v.key.startswith("unused")), "drivename": v.key}
-                        for v in locals_],
-        "local_resources": devices,
-        "mapped-resources": [],
-        "mapped-resource-info": {},
-        "has-dbus-vmstate": 1,
-    }
-    if dependent:
+    else:
+        result = {
+            "running": running,
+            "allowed_nodes": allowed,
+            "not_allowed_nodes": not_allowed,
+            "local_disks": [_local_disk(v) for v in local_volumes(cluster, guest)],
+            "local_resources": guest.local_devices(),
+            "mapped-resources": [],
+            "mapped-resource-info": {},
+            "has-dbus-vmstate": 1,
+        }
+    if dependent is not None:
         result["dependent-ha-resources"] = dependent
     return result
+
+
+def _local_disk(volume: Volume) -> dict[str, Any]:
+    """A volume's attributes as foreach_volid collects them (flags only when set)."""
+    disk: dict[str, Any] = {"volid": volume.volid, "size": volume.size, "drivename": volume.key}
+    if volume.cdrom:
+        disk["cdrom"] = 1
+    if volume.key.startswith("unused"):
+        disk["is_unused"] = 1
+    else:
+        disk["is_attached"] = 1
+    return disk
 
 
 def _migration_fault(cluster: Cluster, vmid: int) -> str | None:

@@ -30,11 +30,13 @@ _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
     "pve-node": (re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?)$"),
                  "value does not look like a valid node name"),
-    "pve-configid": (re.compile(r"^[a-z][a-z0-9_-]+$"), "invalid configuration ID"),
-    "pve-storage-id": (re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$"), "storage ID"),
-    "pve-poolid": (re.compile(r"^[A-Za-z0-9_\-]+$"), "invalid pool ID"),
-    "pve-userid": (re.compile(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+$"), "invalid user ID"),
-    "pve-tokenid": (re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$"), "invalid token ID"),
+    "pve-configid": (re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE),
+                     "invalid configuration ID '{value}'"),
+    "pve-storage-id": (re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$", re.IGNORECASE),
+                       "storage ID '{value}' contains illegal characters"),
+    "pve-poolid": (re.compile(r"^[A-Za-z0-9_\-]+$"), "invalid pool ID '{value}'"),
+    "pve-userid": (re.compile(r"^[^\s:/]+@[A-Za-z][A-Za-z0-9.\-_]+$"), "invalid user ID '{value}'"),
+    "pve-tokenid": (re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]+$"), "invalid token ID '{value}'"),
     "pve-ha-resource-or-vm-id": (re.compile(r"^(?:(?:vm|ct):)?\d+$"),
                                  "value does not look like a valid ha resource id"),
     "pve-ha-resource-id": (re.compile(r"^(?:vm|ct):\d+$"),
@@ -189,7 +191,7 @@ def _check_format(fmt: str, text: str) -> None:
     if fmt in _FORMATS:
         pattern, message = _FORMATS[fmt]
         if not pattern.match(text):
-            raise ValueError(f"invalid format - {message}")
+            raise ValueError(f"invalid format - {message.format(value=text)}")
     elif fmt == "pve-tag-list":
         for tag in split_list(text, r"[;, ]"):
             if not _TAG_RE.match(tag):

@@ -73,7 +73,7 @@ class SimApp:
                 if _is_token(request) and not endpoint.allow_token:
                     raise ApiError(403, f"Permission check failed (URI '{path}' not available "
                                         f"with API token, need proper ticket.\n)")
-                self._check_permissions(Call(cluster, auth, endpoint, raw))
+                self._check_permissions(Call(cluster, auth, endpoint, raw, path))
                 self._check_node(endpoint, raw.get("node"))
                 params = endpoint.check_params(raw)
                 self._inject_fault(method, path)
@@ -83,7 +83,7 @@ class SimApp:
                 if handler is None:
                     raise ApiError(501, f"Method '{method} {path}' not implemented "
                                         f"(not simulated by keel sim)")
-                data = handler(Call(cluster, auth, endpoint, params))
+                data = handler(Call(cluster, auth, endpoint, params, path))
             except ApiError as err:
                 status = err.status
                 error = err

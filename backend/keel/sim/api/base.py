@@ -32,6 +32,7 @@ class Call:
     auth: Auth | None
     endpoint: Endpoint
     params: dict[str, Any]
+    url_path: str = ""          # the path as asked, e.g. /nodes/pve1/qemu/100/config
 
     @property
     def user(self) -> str:
