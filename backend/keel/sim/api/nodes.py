@@ -229,7 +229,8 @@ def node_storage_status(call: Call) -> dict[str, Any]:
     if not _storage_visible(call, name):
         raise ApiError(403, f"Permission check failed (/storage/{name}, Datastore.Audit)")
     status = storage_status(call.cluster, name, node)
-    status.pop("storage", None)
+    for key in ("storage", "used_fraction"):   # only the node's storage index adds these
+        status.pop(key, None)
     return status
 
 
