@@ -137,4 +137,19 @@ def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     sim.stop()
 
 
+@pytest.fixture(scope="module")
+def _module_demo_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    sim = start_sim(DEMO_SCENARIO, tmp_path_factory.mktemp("demo-sim"))
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def fresh_sim(_module_demo_sim: Sim) -> Sim:
+    """The demo cluster as its scenario starts, for a test that changes it: one process per
+    module, put back to the start (``POST /_sim/reset``) before each test."""
+    _module_demo_sim.control("POST", "reset")
+    return _module_demo_sim
+
+
 sys.path.insert(0, str(BACKEND))

@@ -63,6 +63,12 @@ def token_header(token: str) -> dict[str, str]:
     return {"Authorization": f"PVEAPIToken={token}"}
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- tickets -------------------------------------------------------------------------
 
 

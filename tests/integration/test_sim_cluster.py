@@ -40,6 +40,12 @@ def by_id(entries: list[dict]) -> dict[str, dict]:
     return {e["id"]: e for e in entries}
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- /version and /cluster/status ---------------------------------------------------------
 
 

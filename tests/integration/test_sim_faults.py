@@ -22,6 +22,12 @@ def post(sim, path: str, **data) -> requests.Response:
                          timeout=30)
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- endpoint faults -------------------------------------------------------------------
 
 
@@ -198,3 +204,19 @@ def test_control_state_reports_time_nodes_and_counts(sim):
     assert state["guests"] == 27
     before = state["time"]
     assert sim.advance(90) == before + 90
+
+
+def test_reset_puts_the_cluster_back_to_the_scenario_start(sim):
+    start = sim.control("GET", "state")["time"]
+    pve = sim.proxmox()
+    pve.nodes("pve3").qemu(121).status.start.post()
+    sim.control("POST", "faults", {"endpoints": [{"path": "/nodes", "error_rate": 1, "count": 1}]})
+    sim.control("POST", "nodes/pve5", {"online": False})
+    sim.advance(600)
+    state = sim.control("POST", "reset")
+    assert state["time"] == start and state["running_tasks"] == 0 and state["requests"] == 0
+    assert state["nodes"]["pve5"]["online"] is True
+    pve = sim.proxmox()
+    assert pve.nodes("pve3").qemu(121).status.current.get()["status"] == "stopped"
+    assert len(pve.nodes.get()) == 5     # the fault is gone too
+    assert pve.cluster.tasks.get() == []

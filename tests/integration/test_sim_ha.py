@@ -55,6 +55,12 @@ def settle(sim, seconds: float = 120, step: float = 5) -> None:
         done += step
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- resources -------------------------------------------------------------------------
 
 

@@ -54,6 +54,12 @@ def node_mem(pve, node: str) -> int:
     return pve.nodes(node).status.get()["memory"]["used"]
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- the precondition ---------------------------------------------------------------------
 
 

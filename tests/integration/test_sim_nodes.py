@@ -43,6 +43,12 @@ def wait_task(sim, pve, upid: str, step: float = 1.0, limit: float = 600) -> dic
         waited += step
 
 
+@pytest.fixture
+def sim(fresh_sim):
+    """The demo cluster, reset for each test (cheaper than a new process)."""
+    return fresh_sim
+
+
 # -- /nodes, status, version ---------------------------------------------------------
 
 

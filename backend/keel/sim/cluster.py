@@ -7,6 +7,7 @@ so no thread runs the cluster in the background and a run is reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import random
@@ -99,8 +100,9 @@ class Cluster:
         self._node_usage: dict[str, tuple[float, int]] = {}
         self.requests: list[dict[str, Any]] = []
         self.request_seq = itertools.count(1)
-        self.endpoint_faults = list(scenario.faults.endpoints)
-        self.migration_faults = list(scenario.faults.migrations)
+        # copies: an endpoint fault counts down, and the scenario must stay as loaded (reset)
+        self.endpoint_faults = [dataclasses.replace(f) for f in scenario.faults.endpoints]
+        self.migration_faults = [dataclasses.replace(f) for f in scenario.faults.migrations]
         self.auth_delay_s = scenario.faults.auth_delay_s
         self.fault_rng = random.Random(scenario.seed + 1)
         from keel.sim.ha import HaManager  # late: ha imports this module
@@ -337,6 +339,12 @@ class Cluster:
                               "path": path, "user": user, "status": status})
         if len(self.requests) > 100000:
             del self.requests[:50000]
+
+    def reset(self) -> None:
+        """Back to the scenario as loaded, at its start time (a clean slate for a test without
+        a new process); the clock keeps its factor."""
+        self.__init__(self.scenario, Clock(self.scenario.start_time, self.clock.factor),  # type: ignore[misc]
+                      self.schema)
 
     def next_vmid(self) -> int:
         bounds = self.options.get("next-id", {})

@@ -5,6 +5,7 @@
 | GET  /_sim/state                 |                                      | time, nodes, counts          |
 | GET  /_sim/requests?since=N      |                                      | request log after seq N      |
 | DELETE /_sim/requests            |                                      | clear the request log        |
+| POST /_sim/reset                 |                                      | back to the scenario's start |
 | POST /_sim/clock                 | {"advance": s} or {"factor": f}      | move or rescale the clock    |
 | POST /_sim/faults                | {"endpoints": [...], "migrations": [...]} | replace the fault set   |
 | DELETE /_sim/faults              |                                      | no faults                    |
@@ -63,6 +64,9 @@ def _handle(cluster: Cluster, method: str, parts: list[str], body: dict[str, Any
             return {"cleared": True}
         since = int(request.args.get("since", 0))
         return [r for r in cluster.requests if r["seq"] > since]
+    if method == "POST" and head == "reset":
+        cluster.reset()
+        return _state(cluster)
     if method == "POST" and head == "clock":
         if "factor" in body:
             cluster.clock.set_factor(float(body["factor"]))
