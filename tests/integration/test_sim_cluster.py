@@ -316,3 +316,58 @@ def test_cluster_tasks_list_running_and_finished_tasks_of_every_node(sim):
     assert tasks[started]["status"] == "OK" and tasks[started]["endtime"] >= tasks[started]["starttime"]
     assert (tasks[started]["node"], tasks[started]["type"], tasks[started]["id"]) == ("pve3", "qmstart", "121")
     assert (tasks[stopped]["user"], tasks[stopped]["tokenid"]) == ("keel@pve", "keel")
+
+
+# -- /pools ----------------------------------------------------------------------------
+
+
+def test_pools_list_ids_and_comments(shared_sim):
+    assert shared_sim.proxmox().pools.get() == [
+        {"poolid": "ci", "comment": "CI runners"}, {"poolid": "dev", "comment": "Development"},
+        {"poolid": "prod", "comment": "Production"}]
+
+
+def test_pool_members_are_guest_stats(shared_sim):
+    [pool] = shared_sim.proxmox().pools.get(poolid="ci")
+    assert pool["poolid"] == "ci" and [m["vmid"] for m in pool["members"]] == [125, 9000]
+    member = pool["members"][0]
+    assert (member["id"], member["node"], member["type"]) == ("qemu/125", "pve5", "qemu")
+    assert "pool" not in member and "tags" not in member
+
+
+def test_pool_membership_changes(sim):
+    pve = sim.proxmox()
+    pve.pools.post(poolid="staging", comment="pre-prod")
+    pve.pools.put(poolid="staging", vms="119,123", storage="ceph")
+    members = pve.pools.get(poolid="staging")[0]["members"]
+    assert [m["id"] for m in members] == ["qemu/119", "qemu/123", "storage/pve1/ceph"]
+    pve.pools.put(poolid="staging", vms="119", delete=1)
+    assert [m["id"] for m in pve.pools.get(poolid="staging", type="qemu")[0]["members"]] == ["qemu/123"]
+    pve.pools.put(poolid="staging", vms="100", **{"allow-move": 1})
+    assert next(g for g in pve.cluster.resources.get(type="vm") if g["vmid"] == 100)["pool"] == "staging"
+
+
+@pytest.mark.parametrize("method, data, reason", [
+    ("PUT", {"poolid": "staging", "vms": "100"},
+     "update pools failed: VM 100 belongs already to pool 'prod' and 'allow-move' is not set"),
+    ("PUT", {"poolid": "prod", "vms": "100"}, "update pools failed: VM 100 is already a pool member"),
+    ("PUT", {"poolid": "prod", "vms": "119", "delete": 1}, "update pools failed: VM 119 is not a pool member"),
+    ("PUT", {"poolid": "nope", "vms": "119"}, "update pools failed: pool 'nope' does not exist"),
+    ("POST", {"poolid": "prod"}, "create pool failed: pool 'prod' already exists"),
+    ("DELETE", {"poolid": "dev"}, "delete pool failed: pool 'dev' is not empty (contains VM 105)"),
+])
+def test_pool_errors_answer_500(sim, method, data, reason):
+    sim.proxmox().pools.post(poolid="staging")
+    response = requests.request(method, f"{sim.url}{API}/pools", data=data if method != "DELETE" else None,
+                                params=data if method == "DELETE" else None,
+                                headers={"Authorization": f"PVEAPIToken={DEMO_TOKEN}"},
+                                verify=sim.cert, timeout=30)
+    assert response.status_code == 500
+    assert response.reason == reason
+
+
+def test_an_empty_pool_can_be_deleted(sim):
+    pve = sim.proxmox()
+    pve.pools.post(poolid="staging")
+    pve.pools.delete(poolid="staging")
+    assert "staging" not in [p["poolid"] for p in pve.pools.get()]

@@ -278,14 +278,14 @@ def test_groups_on_pve8(sim_factory):
 
 def test_groups_in_use_cannot_be_deleted_on_pve8(sim_factory):
     sim = sim_factory(PVE8)
-    response = requests.delete(f"{sim.url}{API}/cluster/ha/groups/prefer-n2",
-                               cookies={"PVEAuthCookie": sim.proxmox(user="root@pam", password="secret")
-                                        .get_tokens()[0]}, verify=sim.cert, timeout=30)
-    assert response.status_code == 401   # a write with a ticket needs the CSRF token
     pve = sim.proxmox(user="root@pam", password="secret")
     with pytest.raises(ResourceException) as err:
         pve.cluster.ha.groups("prefer-n2").delete()
     assert err.value.status_code == 500
+    assert err.value.content == "delete ha group failed: ha group is used by service 'vm:100'"
+    pve.cluster.ha.resources("vm:100").put(delete="group")
+    pve.cluster.ha.groups("prefer-n2").delete()
+    assert pve.cluster.ha.groups.get() == []
 
 
 # -- status ----------------------------------------------------------------------------
