@@ -220,3 +220,37 @@ def test_reset_puts_the_cluster_back_to_the_scenario_start(sim):
     assert pve.nodes("pve3").qemu(121).status.current.get()["status"] == "stopped"
     assert len(pve.nodes.get()) == 5     # the fault is gone too
     assert pve.cluster.tasks.get() == []
+
+
+# -- changing load and the clock ----------------------------------------------------------
+
+
+def test_control_api_changes_a_guests_load_at_once(sim):
+    pve = sim.proxmox()
+    before = next(n for n in pve.cluster.resources.get(type="node") if n["node"] == "pve3")
+    assert sim.control("POST", "guests/119", {"cpu": 1.0, "mem_used": "2GiB"}) == \
+        {"vmid": 119, "cpu": 1.0, "mem_used": 2 * 1024**3}
+    guest = next(g for g in pve.cluster.resources.get(type="vm") if g["vmid"] == 119)
+    assert (guest["cpu"], guest["mem"]) == (1.0, 2 * 1024**3)
+    after = next(n for n in pve.cluster.resources.get(type="node") if n["node"] == "pve3")
+    assert after["mem"] == before["mem"] + 1024**3           # 1 GiB more than before
+    assert after["cpu"] * after["maxcpu"] == pytest.approx(before["cpu"] * before["maxcpu"] + 2 * 0.92)
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"profile": "no-such-profile"}, 404),
+    ({"cpu": "lots"}, 400),
+])
+def test_control_api_refuses_bad_load_changes(sim, body, status):
+    response = requests.post(f"{sim.url}/_sim/guests/119", json=body, verify=sim.cert, timeout=30)
+    assert response.status_code == status
+
+
+def test_clock_factor_can_be_changed_and_time_never_goes_back(sim):
+    start = sim.control("GET", "state")["time"]
+    assert sim.control("POST", "clock", {"factor": 60})["factor"] == 60
+    later = sim.control("GET", "state")["time"]
+    assert later >= start
+    assert sim.control("POST", "clock", {"factor": 0})["factor"] == 0
+    response = requests.post(f"{sim.url}/_sim/clock", json={"advance": -5}, verify=sim.cert, timeout=30)
+    assert response.status_code == 400
