@@ -16,7 +16,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from keel.sim import scenario as sc
 from keel.sim.errors import ApiError
@@ -124,6 +124,9 @@ class Access:
         self._key = os.urandom(32)
         # Pool membership lives in the cluster, which replaces these with its live view:
         # the pools holding an ACL path (/vms/<vmid>, /storage/<id>), and every member path.
+        # Derived figures, valid for one request (the cluster clears it in ``sync``), since
+        # users, ACLs and pools may change between requests.
+        self.memo: dict[Any, Any] = {}
         self.pools_of: Callable[[str], list[str]] = lambda path: []
         self.pool_member_paths: Callable[[], list[str]] = list
 
@@ -210,15 +213,23 @@ class Access:
         if user is None or not user.enable:
             return {}
         path = _norm(path)
-        privs = self._compile(user, path, None)
+        roles = self._effective_roles(user, path, None)
+        own = None
         if auth.tokenid is not None:
             token = user.tokens.get(auth.tokenid)
             if token is None:
                 return {}
             if token.privsep:
-                own = self._compile(user, path, auth.tokenid)
-                privs = {p: min(privs[p], own[p]) for p in own if p in privs}
-        return dict(sorted(privs.items()))
+                own = self._effective_roles(user, path, auth.tokenid)
+        # Many paths (every guest under /vms) end with the same roles: expand each set once.
+        key = ("privileges", roles, own)
+        if key not in self.memo:
+            privs = self._expand(roles)
+            if own is not None:
+                mine = self._expand(own)
+                privs = {p: min(privs[p], mine[p]) for p in mine if p in privs}
+            self.memo[key] = dict(sorted(privs.items()))
+        return self.memo[key]
 
     def has(self, auth: Auth, path: str, privs: list[str] | tuple[str, ...],
             any_of: bool = False) -> bool:
@@ -231,8 +242,9 @@ class Access:
         granted = self.privileges(auth, path)
         return next((p for p in privs if p not in granted), None)
 
-    def _compile(self, user: User, path: str, token: str | None) -> dict[str, int]:
-        """Privileges from the roles on ``path`` plus those a pool gives its members."""
+    def _effective_roles(self, user: User, path: str, token: str | None
+                         ) -> tuple[tuple[str, int], ...]:
+        """The roles on ``path`` plus those a pool gives its members, as a sorted tuple."""
         roles = self._roles(user, path, token)
         pool_roles: dict[str, int] = {}
         for pool in self.pools_of(path):
@@ -244,8 +256,11 @@ class Access:
             else:
                 # A pool-derived role never propagates and never overrides an ACL's own.
                 roles = {**pool_roles, **roles}
+        return tuple(sorted(roles.items()))
+
+    def _expand(self, roles: tuple[tuple[str, int], ...]) -> dict[str, int]:
         privs: dict[str, int] = {}
-        for role, propagate in roles.items():
+        for role, propagate in roles:
             for priv in self.roles.get(role, frozenset()):
                 privs[priv] = max(privs.get(priv, 0), propagate)
         return privs
@@ -253,26 +268,47 @@ class Access:
     def _roles(self, user: User, path: str, token: str | None) -> dict[str, int]:
         """Role → propagate flag on ``path`` (AccessControl::roles): the most specific entry
         wins; a user's own entries beat its groups'; a token has only its own entries."""
-        if token is not None:
-            levels = [[("token", f"{user.userid}!{token}")]]
-        else:
-            levels = [[("user", user.userid)], [("group", g) for g in sorted(user.groups)]]
-        roles: dict[str, int] = {}
-        for prefix in _prefixes(path):
-            final = prefix == path
-            for owners in levels:
-                found = {e.role: int(e.propagate) for e in self._entries(prefix, owners, final)}
-                if found:
-                    roles = found
-                    break
+        found = self._found(user, path, token, final=True)
+        roles = found if found is not None else self._inherited(user, _parent(path), token)
         if "NoAccess" in roles:
             return {"NoAccess": roles["NoAccess"]}
         return roles
 
-    def _entries(self, path: str, owners: list[tuple[str, str]], final: bool) -> list[AclEntry]:
-        keys = set(owners)
-        return [e for e in self.acl if e.path == path and (e.kind, e.ugid) in keys
-                and (final or e.propagate)]
+    def _inherited(self, user: User, path: str | None, token: str | None) -> dict[str, int]:
+        """What ``path`` and its ancestors pass down (propagating entries only), memoised:
+        ten thousand guests under ``/vms`` share one walk up the tree."""
+        if path is None:
+            return {}
+        key = ("inherited", user.userid, token, path)
+        if key not in self.memo:
+            found = self._found(user, path, token, final=False)
+            self.memo[key] = found if found is not None else self._inherited(user, _parent(path), token)
+        return self.memo[key]
+
+    def _found(self, user: User, path: str, token: str | None, final: bool) -> dict[str, int] | None:
+        """The roles the entries on exactly ``path`` give, or None if none apply."""
+        entries = self._acl_by_path().get(path)
+        if not entries:
+            return None
+        if token is not None:
+            levels = [{("token", f"{user.userid}!{token}")}]
+        else:
+            levels = [{("user", user.userid)}, {("group", g) for g in user.groups}]
+        for owners in levels:
+            found = {e.role: int(e.propagate) for e in entries
+                     if (e.kind, e.ugid) in owners and (final or e.propagate)}
+            if found:
+                return found
+        return None
+
+    def _acl_by_path(self) -> dict[str, list[AclEntry]]:
+        index = self.memo.get("acl_by_path")
+        if index is None:
+            index = {}
+            for entry in self.acl:
+                index.setdefault(entry.path, []).append(entry)
+            self.memo["acl_by_path"] = index
+        return index
 
     def effective_permissions(self, auth: Auth) -> dict[str, dict[str, int]]:
         """Every path PVE looks at for ``GET /access/permissions`` without ``path``: the top
@@ -317,6 +353,7 @@ def _norm(path: str) -> str:
     return path
 
 
-def _prefixes(path: str) -> list[str]:
-    parts = [p for p in path.split("/") if p]
-    return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+def _parent(path: str) -> str | None:
+    if path == "/":
+        return None
+    return path.rsplit("/", 1)[0] or "/"

@@ -96,6 +96,7 @@ class Cluster:
         self.tasks: dict[str, Task] = {}
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
+        self.memo: dict[Any, Any] = {}   # figures computed once per request (see sync)
         self._usage_sample: int | None = None
         self._node_usage: dict[str, tuple[float, int]] = {}
         self.requests: list[dict[str, Any]] = []
@@ -145,7 +146,9 @@ class Cluster:
     # -- time and events ---------------------------------------------------------
 
     def sync(self) -> float:
-        """Run every event due by now; return now."""
+        """Run every event due by now; return now.  Called at the start of every request."""
+        self.memo.clear()
+        self.access.memo.clear()
         now = self.clock.now()
         while self._events and self._events[0][0] <= now:
             at, _, action = heapq.heappop(self._events)

@@ -35,6 +35,39 @@ def format_disk_size(size: int) -> str:
     return str(size)
 
 
+class Config(dict):
+    """A guest's config; ``version`` grows with every change, so parses can be cached."""
+
+    version = 0
+
+    def _touch(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._touch()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._touch()
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._touch()
+        return super().pop(key, *default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._touch()
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._touch()
+        super().clear()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._touch()
+        return super().setdefault(key, default)
+
+
 @dataclass
 class Volume:
     key: str
@@ -67,6 +100,16 @@ class SimGuest:
     files: dict[str, str] = field(default_factory=dict)
     migration: Migration | None = None
     busy_upid: str | None = None  # a task that holds the guest (clone of a running source, ...)
+    _volumes: tuple[int, int, list["Volume"]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, Config):
+            self.config = Config(self.config)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "config" and not isinstance(value, Config):
+            value = Config(value)
+        super().__setattr__(name, value)
 
     # -- config-derived ----------------------------------------------------------
 
@@ -117,6 +160,12 @@ class SimGuest:
         return first in ("1", "enabled=1") or "enabled=1" in value
 
     def volumes(self) -> list[Volume]:
+        key = (id(self.config), self.config.version)
+        if self._volumes is None or self._volumes[:2] != key:
+            self._volumes = (*key, self._parse_volumes())
+        return self._volumes[2]
+
+    def _parse_volumes(self) -> list[Volume]:
         pattern = QEMU_DISK_KEY if self.type == "qemu" else LXC_DISK_KEY
         result = []
         for key in sorted(self.config):

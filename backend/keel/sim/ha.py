@@ -130,10 +130,11 @@ class HaManager(Placement, StatusViews):
 
     def resource_entries(self) -> list[dict[str, Any]]:
         """The configured keys of each resource, its sid, type and the file's digest."""
+        digest = _digest(self.resources)
         entries = []
         for sid, res in sorted(self.resources.items(), key=lambda kv: sid_key(kv[0])):
             entry = {"sid": sid, **{k: v for k, v in res.items() if v != ""}}
-            entry["digest"] = _digest(self.resources)
+            entry["digest"] = digest
             entries.append(entry)
         return entries
 

@@ -29,7 +29,7 @@ def load(path: str | Path) -> Scenario:
     except OSError as err:
         raise InvalidError(f"cannot read scenario {path}: {err.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         raise InvalidError(f"{path}: not valid YAML: {err}") from None
     return parse(data, str(path))

@@ -40,6 +40,7 @@ class SimApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
+        request.get_data()   # read the whole body, so the connection can be kept alive
         response = self.dispatch(request)
         return response(environ, start_response)
 

@@ -96,14 +96,17 @@ def node_resource(cluster: Cluster, name: str, with_usage: bool = True) -> dict[
 
 def storage_used(cluster: Cluster, storage: str, node: str | None) -> int:
     """Thin-provisioned: 60 % of every volume's size on the storage (and node, if local)."""
-    total = 0
-    for guest in cluster.guests.values():
-        if node is not None and guest.node != node:
-            continue
-        for volume in guest.volumes():
-            if volume.storage == storage and not volume.cdrom:
-                total += volume.size
-    return int(total * 0.6)
+    totals = cluster.memo.get("storage_used")
+    if totals is None:
+        totals = {}
+        for guest in cluster.guests.values():
+            for volume in guest.volumes():
+                if volume.storage is None or volume.cdrom:
+                    continue
+                for key in ((volume.storage, guest.node), (volume.storage, None)):
+                    totals[key] = totals.get(key, 0) + volume.size
+        cluster.memo["storage_used"] = totals
+    return int(totals.get((storage, node), 0) * 0.6)
 
 
 def storage_status(cluster: Cluster, name: str, node: str) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""The import direction of docs/development.md, enforced:
+cli → engine/web → balance/runners → pve → model (and errors, units, validate).
+The simulator stands apart: only the CLI and the demo start it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "keel"
+
+# What each part of keel may import from keel.
+ALLOWED = {
+    "model": {"model"},
+    "errors": {"errors"},
+    "units": {"units", "errors"},
+    "validate": {"validate", "errors", "units"},
+    "pve": {"pve", "model", "errors", "units", "validate"},
+    "config": {"config", "pve", "errors", "units", "validate"},
+    "balance": {"balance", "model", "errors", "units", "validate"},
+    "status_view": {"status_view", "balance", "model", "units", "errors"},
+    "sim": {"sim", "errors", "units", "validate", "balance", "model"},
+}
+# Third-party modules only some parts may import.
+THIRD_PARTY = {"proxmoxer": {"pve"}, "requests": {"pve", "runners"},
+               "werkzeug": {"sim", "engine", "web"}, "flask": {"engine", "web"}}
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        yield rel.parts[0].removesuffix(".py"), path
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("part,path", list(modules()), ids=lambda v: str(v).split("keel/")[-1])
+def test_imports_go_one_way(part, path):
+    for name in imports_of(path):
+        top = name.split(".")[0]
+        if top == "keel" and "." in name:
+            target = name.split(".")[1]
+            if part in ALLOWED:
+                assert target in ALLOWED[part], f"{path.name}: {part} must not import keel.{target}"
+            if target == "sim":
+                assert part in ("sim", "cli", "demo"), f"{path.name}: only cli/demo start the simulator"
+        if top in THIRD_PARTY:
+            assert part in THIRD_PARTY[top], f"{path.name}: only {THIRD_PARTY[top]} may import {top}"
+
+
+def test_modules_stay_small():
+    big = [(str(p.relative_to(PACKAGE)), n) for _, p in modules()
+           if (n := len(p.read_text().splitlines())) > 500]
+    assert not big, f"split these modules: {big}"
