@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 import requests
-from proxmoxer import AuthenticationError, ResourceException
+from proxmoxer import ResourceException
+
+try:
+    from proxmoxer import AuthenticationError
+except ImportError:  # proxmoxer 1.x (Debian 12)
+    from proxmoxer.backends.https import AuthenticationError
 
 from conftest import DEMO_PASSWORD, DEMO_TOKEN
 

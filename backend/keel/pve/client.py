@@ -15,6 +15,7 @@ can hold the snapshot to its budget.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -104,6 +105,7 @@ class PveClient:
         else:
             kwargs.update(password=target.password)
             self.calls += 1   # the ticket request
+        self._seen = threading.local()
         try:
             self._api = proxmoxer.ProxmoxAPI(backend="https", **kwargs)
         except AuthenticationError:
@@ -113,6 +115,32 @@ class PveClient:
             raise UnavailableError(_tls_message(target, err)) from None
         except requests.exceptions.RequestException as err:
             raise UnavailableError(f"cannot reach PVE at {target.url}: {_short(err)}") from None
+        # proxmoxer 1.x (Debian 12) drops PVE's per-parameter "errors" from error answers;
+        # a response hook on its session keeps them (the session is proxmoxer's own).
+        session = getattr(self._api, "_store", {}).get("session")
+        if session is not None:
+            session.hooks["response"].append(self._remember_errors)
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        session = getattr(self._api, "_store", {}).get("session")
+        if session is not None:
+            session.close()
+
+    def __enter__(self) -> "PveClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _remember_errors(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self._seen.errors = None
+        if response.status_code >= 400:
+            try:
+                errors = response.json().get("errors")
+            except ValueError:
+                errors = None
+            self._seen.errors = errors if isinstance(errors, dict) else None
 
     # -- calls ---------------------------------------------------------------------
 
@@ -137,7 +165,7 @@ class PveClient:
                 resource = self._api(path.strip("/"))
                 return getattr(resource, method.lower())(**params)
             except ResourceException as err:
-                error = _map_resource_error(method, path, err)
+                error = _map_resource_error(method, path, err, getattr(self._seen, "errors", None))
             except requests.exceptions.SSLError as err:
                 raise UnavailableError(_tls_message(self.target, err)) from None
             except requests.exceptions.RequestException as err:
@@ -177,12 +205,13 @@ def _tls_message(target: Target, err: Exception) -> str:
             f"turn verification off")
 
 
-def _map_resource_error(method: str, path: str, err: ResourceException) -> KeelError:
+def _map_resource_error(method: str, path: str, err: ResourceException,
+                        seen_errors: dict[str, Any] | None = None) -> KeelError:
     """A PVE error answer → the Keel exception for what the caller should do."""
     status = err.status_code
     text = (err.content or err.status_message or "").strip()
-    errors = {str(k): str(v).strip() for k, v in (err.errors or {}).items()} \
-        if isinstance(err.errors, dict) else {}
+    raw_errors = err.errors if isinstance(err.errors, dict) and err.errors else seen_errors
+    errors = {str(k): str(v).strip() for k, v in (raw_errors or {}).items()}
     message = f"PVE {method} {path}: {text}" if text else f"PVE {method} {path}: HTTP {status}"
     if status == 400:
         return InvalidError(message, errors)
