@@ -254,8 +254,17 @@ def destroy(call: Call, kind: str) -> str:
 
 @_both("GET", "/{vmid}/rrddata")
 def rrddata(call: Call, kind: str) -> list[dict[str, Any]]:
-    guest = _guest(call, kind)
-    return guest_rrd(call.cluster, guest, call.params["timeframe"], call.params.get("cf", "AVERAGE"))
+    """The guest's RRD file, ``pve-vm-9.0/<vmid>`` (``pve2-vm`` on PVE 8): qemu-server and
+    pve-container read it by vmid alone on the node that takes the call (no proxyto), and
+    pmxcfs keeps every guest's file on every node, so the path's node and kind do not
+    matter. Without a file, RRDs' error."""
+    cluster = call.cluster
+    guest = cluster.guests.get(int(call.params["vmid"]))
+    if guest is None:
+        folder = "pve-vm-9.0" if cluster.scenario.pve_major >= 9 else "pve2-vm"
+        raise ApiError(500, f"RRD error: opening '/var/lib/rrdcached/db/{folder}/"
+                            f"{call.params['vmid']}': No such file or directory")
+    return guest_rrd(cluster, guest, call.params["timeframe"], call.params.get("cf", "AVERAGE"))
 
 
 # -- guest agent (qemu only) ------------------------------------------------------------
