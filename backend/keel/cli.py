@@ -126,11 +126,11 @@ def connect(args: argparse.Namespace, env: Env) -> Any:
 
     config_path = args.config or env.environ.get("KEEL_CONFIG")
     if config_path:
-        settings = cfg.load(config_path).pve
+        settings = cfg.load(config_path).proxmox
     elif cfg.DEFAULT_CONFIG_FILE.exists():
-        settings = cfg.load(cfg.DEFAULT_CONFIG_FILE).pve
+        settings = cfg.load(cfg.DEFAULT_CONFIG_FILE).proxmox
     else:
-        settings = cfg.PveSettings()
+        settings = cfg.ProxmoxSettings()
     overrides = dict(env.environ)
     if args.pve_url:
         overrides["KEEL_PVE_URL"] = args.pve_url

@@ -1,12 +1,13 @@
 """Keel's configuration file (``/etc/pve/keel/keel.yaml``): strict, with every bad key named.
 
-This module reads the ``pve`` section (how to reach the Proxmox VE API).  The file
+Sections: ``proxmox`` (how to reach the Proxmox VE API) and ``balancing`` (what the
+balancer may do: ``keel.balance.settings``).  The file
 holds no secrets: the API token secret lives in a root-only file that ``token_file``
 names (``keel setup`` writes it to ``/etc/pve/priv/keel/pve-token``).
 
 .. code-block:: yaml
 
-    pve:
+    proxmox:
       url: https://127.0.0.1:8006
       token_file: /etc/pve/priv/keel/pve-token   # holds user@realm!name=secret
       ca_file: /etc/pve/pve-root-ca.pem
@@ -22,6 +23,8 @@ from typing import Any
 import yaml
 
 from keel.errors import InvalidError
+from keel.balance import settings as balance_settings
+from keel.balance.settings import BalancingSettings
 from keel.pve.client import DEFAULT_TIMEOUT_S, Target
 from keel.validate import Problems, Reader
 
@@ -32,7 +35,7 @@ PVE_CA_FILE = Path("/etc/pve/pve-root-ca.pem")
 
 
 @dataclass(frozen=True)
-class PveSettings:
+class ProxmoxSettings:
     url: str = DEFAULT_PVE_URL
     user: str | None = None
     token_file: str | None = None
@@ -44,7 +47,8 @@ class PveSettings:
 
 @dataclass(frozen=True)
 class Config:
-    pve: PveSettings = PveSettings()
+    proxmox: ProxmoxSettings = ProxmoxSettings()
+    balancing: BalancingSettings = BalancingSettings()
     source: str = "(defaults)"
 
 
@@ -64,14 +68,15 @@ def load(path: str | Path) -> Config:
 def parse(data: Any, source: str = "config") -> Config:
     problems = Problems(source)
     top = Reader(data, "", problems)
-    pve = _pve(top.mapping("pve"))
+    proxmox = _proxmox(top.mapping("proxmox"))
+    balancing = balance_settings.read(top.mapping("balancing"))
     top.done()
     problems.raise_if_any()
-    return Config(pve=pve, source=source)
+    return Config(proxmox=proxmox, balancing=balancing, source=source)
 
 
-def _pve(r: Reader) -> PveSettings:
-    settings = PveSettings(
+def _proxmox(r: Reader) -> ProxmoxSettings:
+    settings = ProxmoxSettings(
         url=r.get("url", str, DEFAULT_PVE_URL),
         user=r.get("user", str, None),
         token_file=r.get("token_file", str, None),
@@ -99,7 +104,7 @@ def read_secret(path: str, what: str) -> str:
     return value
 
 
-def target_from(settings: PveSettings, env: dict[str, str] | None = None) -> Target:
+def target_from(settings: ProxmoxSettings, env: dict[str, str] | None = None) -> Target:
     """The PVE target from settings, with ``KEEL_PVE_*`` environment variables on top."""
     env = dict(os.environ if env is None else env)
     url = env.get("KEEL_PVE_URL") or settings.url
@@ -126,8 +131,8 @@ def target_from(settings: PveSettings, env: dict[str, str] | None = None) -> Tar
         password = read_secret(settings.password_file, "password")
     if not user or password is None:
         raise InvalidError("no way to log in to PVE: give an API token (KEEL_PVE_TOKEN or "
-                           "pve.token_file, as user@realm!name=secret) or a user and password "
-                           "(KEEL_PVE_USER and KEEL_PVE_PASSWORD, or pve.user and pve.password_file); "
+                           "proxmox.token_file, as user@realm!name=secret) or a user and password "
+                           "(KEEL_PVE_USER and KEEL_PVE_PASSWORD, or proxmox.user and proxmox.password_file); "
                            "`keel setup` makes a token")
     from dataclasses import replace
     return replace(target, user=user, password=password)

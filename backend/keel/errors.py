@@ -34,7 +34,7 @@ class KeelError(Exception):
         self.errors = dict(errors or {})
 
     def __str__(self) -> str:
-        if not self.errors:
+        if not self.errors or all(f"{k}: {v}" in self.message for k, v in self.errors.items()):
             return self.message
         details = "; ".join(f"{key}: {text}" for key, text in sorted(self.errors.items()))
         return f"{self.message} ({details})"

@@ -88,7 +88,7 @@ def test_status_with_a_config_file(shared_sim, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(DEMO_TOKEN)
     config = tmp_path / "keel.yaml"
-    config.write_text(yaml.safe_dump({"pve": {"url": shared_sim.url, "token_file": str(token_file),
+    config.write_text(yaml.safe_dump({"proxmox": {"url": shared_sim.url, "token_file": str(token_file),
                                               "ca_file": shared_sim.cert}}))
     status, _, err = run(["status", "--config", str(config)])
     assert status == 0, err
@@ -96,10 +96,10 @@ def test_status_with_a_config_file(shared_sim, tmp_path):
 
 def test_a_bad_config_names_every_bad_key(tmp_path):
     config = tmp_path / "keel.yaml"
-    config.write_text("pve:\n  url: 5\n  tokn_file: x\n")
+    config.write_text("proxmox:\n  url: 5\n  tokn_file: x\n")
     status, out, err = run(["status", "--config", str(config)])
     assert status == ExitStatus.INVALID and out == ""
-    assert "pve.url" in err and "pve.tokn_file: unknown key" in err
+    assert "proxmox.url" in err and "proxmox.tokn_file: unknown key" in err
 
 
 def test_wrong_token_is_an_auth_failure_without_the_secret(shared_sim):

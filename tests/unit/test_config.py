@@ -10,21 +10,21 @@ TOKEN = "keel@pve!keel=11111111-2222-3333-4444-555555555555"
 
 def test_defaults():
     config = cfg.parse({})
-    assert config.pve.url == "https://127.0.0.1:8006"
-    assert config.pve.verify_tls is True
+    assert config.proxmox.url == "https://127.0.0.1:8006"
+    assert config.proxmox.verify_tls is True
 
 
 def test_every_bad_key_is_named():
     with pytest.raises(InvalidError) as caught:
-        cfg.parse({"pve": {"url": 8006, "verify_tls": "yes", "tiemout": 5}, "balancer": {}})
+        cfg.parse({"proxmox": {"url": 8006, "verify_tls": "yes", "tiemout": 5}, "balancer": {}})
     errors = caught.value.errors
-    assert set(errors) == {"pve.url", "pve.verify_tls", "pve.tiemout", "balancer"}
-    assert errors["pve.tiemout"] == "unknown key"
+    assert set(errors) == {"proxmox.url", "proxmox.verify_tls", "proxmox.tiemout", "balancer"}
+    assert errors["proxmox.tiemout"] == "unknown key"
 
 
 def test_secrets_in_the_config_file_are_refused_without_echoing_them():
     with pytest.raises(InvalidError) as caught:
-        cfg.parse({"pve": {"token_secret": "s3cr3t-value"}})
+        cfg.parse({"proxmox": {"token_secret": "s3cr3t-value"}})
     assert "token_file" in str(caught.value)
     assert "s3cr3t-value" not in str(caught.value)
 
@@ -42,7 +42,7 @@ def test_a_missing_config_file_is_named(tmp_path):
 
 
 def test_token_from_the_environment_wins(tmp_path):
-    settings = cfg.PveSettings(url="https://pve1:8006")
+    settings = cfg.ProxmoxSettings(url="https://pve1:8006")
     target = cfg.target_from(settings, {"KEEL_PVE_TOKEN": TOKEN, "KEEL_PVE_INSECURE": "1"})
     assert (target.host, target.port, target.user, target.token_name) == ("pve1", 8006, "keel@pve", "keel")
     assert target.verify is False
@@ -52,7 +52,7 @@ def test_token_from_the_environment_wins(tmp_path):
 def test_token_from_a_file_and_a_ca_file(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    settings = cfg.PveSettings(url="https://10.0.0.1:8443", token_file=str(token_file),
+    settings = cfg.ProxmoxSettings(url="https://10.0.0.1:8443", token_file=str(token_file),
                                ca_file="/etc/ssl/ca.pem")
     target = cfg.target_from(settings, {})
     assert target.token_secret == TOKEN.split("=", 1)[1]
@@ -63,23 +63,23 @@ def test_token_from_a_file_and_a_ca_file(tmp_path):
 def test_password_login(tmp_path):
     password_file = tmp_path / "pw"
     password_file.write_text("pa55\n")
-    settings = cfg.PveSettings(user="root@pam", password_file=str(password_file))
+    settings = cfg.ProxmoxSettings(user="root@pam", password_file=str(password_file))
     target = cfg.target_from(settings, {})
     assert (target.user, target.password, target.token_name) == ("root@pam", "pa55", None)
 
 
 def test_no_credentials_says_how_to_give_them():
     with pytest.raises(InvalidError, match="KEEL_PVE_TOKEN"):
-        cfg.target_from(cfg.PveSettings(), {})
+        cfg.target_from(cfg.ProxmoxSettings(), {})
 
 
 @pytest.mark.parametrize("token", ["keel@pve", "keel@pve!keel", "secret-only"])
 def test_malformed_tokens_are_refused(token):
     with pytest.raises(InvalidError, match=r"user@realm!name=secret"):
-        cfg.target_from(cfg.PveSettings(), {"KEEL_PVE_TOKEN": token})
+        cfg.target_from(cfg.ProxmoxSettings(), {"KEEL_PVE_TOKEN": token})
 
 
 @pytest.mark.parametrize("url", ["http://pve1:8006", "ftp://x", "https://"])
 def test_bad_urls_are_refused(url):
     with pytest.raises(InvalidError, match="https://host:8006"):
-        cfg.target_from(cfg.PveSettings(url=url), {"KEEL_PVE_TOKEN": TOKEN})
+        cfg.target_from(cfg.ProxmoxSettings(url=url), {"KEEL_PVE_TOKEN": TOKEN})

@@ -18,8 +18,9 @@ ALLOWED = {
     "units": {"units", "errors"},
     "validate": {"validate", "errors", "units"},
     "pve": {"pve", "model", "errors", "units", "validate"},
-    "config": {"config", "pve", "errors", "units", "validate"},
-    "balance": {"balance", "model", "errors", "units", "validate"},
+    "config": {"config", "pve", "balance", "errors", "units", "validate"},
+    "schedule": {"schedule", "validate", "errors", "units"},
+    "balance": {"balance", "model", "schedule", "errors", "units", "validate"},
     "status_view": {"status_view", "balance", "model", "units", "errors"},
     "sim": {"sim", "errors", "units", "validate", "balance", "model"},
 }
