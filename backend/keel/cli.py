@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
     demo.add_argument("--keep-running", action="store_true",
                       help="leave the simulator running until Ctrl-C")
+
+    imp = sub.add_parser("import-proxlb", help="convert a ProxLB config to Keel's (YAML with comments)",
+                         description="Print the Keel config (proxmox: and balancing:) equivalent to a "
+                                     "ProxLB config, with comments on every difference. Secrets are not "
+                                     "copied. See docs/balancing-from-proxlb.md.")
+    imp.add_argument("file", metavar="FILE",
+                     help="ProxLB's config: proxlb.yaml (1.1, 2.x) or the INI proxlb.conf (0.9, 1.0)")
+    imp.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     return parser
 
 
@@ -187,12 +195,30 @@ def cmd_sim(args: argparse.Namespace, env: Env) -> int:
     return run(args.scenario, args.port, args.clock_factor, args.host, args.tls_dir, env.stdout)
 
 
+def cmd_import_proxlb(args: argparse.Namespace, env: Env) -> int:
+    from keel.errors import InvalidError
+    from keel.importers.proxlb import import_file
+
+    text = import_file(args.file)
+    if not args.output:
+        env.stdout.write(text)
+        return ExitStatus.OK
+    try:
+        Path(args.output).write_text(text)
+    except OSError as err:
+        raise InvalidError(f"cannot write {args.output}: {err.strerror}") from None
+    print(f"wrote {args.output} (converted from {args.file}); read its comments before using it",
+          file=env.stderr)
+    return ExitStatus.OK
+
+
 def cmd_demo(args: argparse.Namespace, env: Env) -> int:
     from keel.demo import run_demo
     return run_demo(env, args.scenario, args.keep_running)
 
 
 COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo}
+COMMANDS["import-proxlb"] = cmd_import_proxlb
 
 
 if __name__ == "__main__":

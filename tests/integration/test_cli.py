@@ -158,3 +158,42 @@ def test_demo_runs_from_a_shell():
     assert "keel status --guests" in result.stdout
     assert "pve1" in result.stdout and "runner-template" in result.stdout
     assert "API calls" in result.stdout
+
+
+PROXLB_FIXTURES = ROOT / "tests" / "fixtures" / "proxlb"
+
+
+def test_import_proxlb_prints_a_config_keel_accepts():
+    from keel import config as cfg
+    status, out, err = run(["import-proxlb", str(PROXLB_FIXTURES / "proxlb-2.x.yaml")])
+    assert status == 0 and err == ""
+    config = cfg.parse(yaml.safe_load(out), "import-proxlb output")
+    assert config.proxmox.token_file == "/etc/pve/priv/keel/pve-token" and config.balancing.enable
+    assert "7f3c9a12" not in out                     # the token secret stays in ProxLB's file
+    assert "# Not carried over from ProxLB:" in out
+
+
+def test_import_proxlb_writes_a_file(tmp_path):
+    target = tmp_path / "keel.yaml"
+    status, out, err = run(["import-proxlb", str(PROXLB_FIXTURES / "proxlb-0.9.conf"), "-o", str(target)])
+    assert status == 0 and out == "" and f"wrote {target}" in err
+    from keel import config as cfg
+    assert cfg.load(target).balancing.weights["cpu"] == 1.0
+
+
+def test_import_proxlb_names_a_bad_file(tmp_path):
+    bad = tmp_path / "proxlb.yaml"
+    bad.write_text("balancing:\n  balanciness: [\n")
+    status, out, err = run(["import-proxlb", str(bad)])
+    assert status == ExitStatus.INVALID and out == ""
+    assert f"keel: {bad}: not valid YAML" in err
+    status, _, err = run(["import-proxlb", str(tmp_path / "missing.conf")])
+    assert status == ExitStatus.INVALID and "cannot read" in err and "missing.conf" in err
+
+
+def test_import_proxlb_from_a_shell():
+    result = subprocess.run([sys.executable, "-m", "keel", "import-proxlb",
+                             str(PROXLB_FIXTURES / "proxlb-1.1.yaml")],
+                            capture_output=True, text=True, env=python_env(), cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "imbalance: spread" in result.stdout and "yaml-Pa55" not in result.stdout
