@@ -320,6 +320,68 @@ def test_token_without_privsep_has_all_its_users_privileges(sim_factory):
     assert ":qmstop:100:alice@pve!full:" in upid
 
 
+ROOT_FULL = "root@pam!full=aaaaaaaa-1111-4222-8333-444444444444"
+ROOT_SEP = "root@pam!sep=bbbbbbbb-1111-4222-8333-444444444444"
+ROOT_TOKENS = {
+    "nodes": [{"name": "pve1"}, {"name": "pve2"}],
+    "guests": [{"vmid": 100, "node": "pve1"}],
+    "users": [{"userid": "root@pam", "password": "secret", "tokens": [
+        {"id": "full", "secret": ROOT_FULL.split("=", 1)[1], "privsep": False},
+        {"id": "sep", "secret": ROOT_SEP.split("=", 1)[1]}]}],
+    # root@pam has no ACL entry of its own (it needs none); its privsep token audits.
+    "acl": [{"path": "/", "role": "PVEAuditor", "token": "root@pam!sep"}],
+}
+
+
+def test_root_token_without_privsep_has_every_privilege(sim_factory):
+    sim = sim_factory(ROOT_TOKENS)
+    full = sim.proxmox(token=ROOT_FULL)
+    upid = full.nodes("pve1").qemu(100).status.stop.post()
+    assert ":qmstop:100:root@pam!full:" in upid
+    root = sim.proxmox(user="root@pam", password="secret")
+    assert root.access.permissions.get(userid="root@pam!full", path="/vms/100") == \
+        root.access.permissions.get(userid="root@pam", path="/vms/100")
+    # Still a token, not root@pam itself: root-only options stay closed to it.
+    with pytest.raises(ResourceException) as err:
+        full.nodes("pve1").qemu(100).migrate.post(target="pve2", force=1)
+    assert err.value.status_code == 400
+
+
+def test_root_token_with_privsep_has_its_own_privileges_only(sim_factory):
+    sim = sim_factory(ROOT_TOKENS)
+    sep = sim.proxmox(token=ROOT_SEP)
+    assert [g["vmid"] for g in sep.cluster.resources.get(type="vm")] == [100]
+    with pytest.raises(ResourceException) as err:
+        sep.nodes("pve1").qemu(100).status.stop.post()
+    assert err.value.status_code == 403
+    assert err.value.content == "Permission check failed (/vms/100, VM.PowerMgmt)"
+
+
+CONFIG_RIGHTS = {
+    "nodes": [{"name": "pve1"}],
+    "guests": [{"vmid": 100, "node": "pve1", "tags": ["web"]},
+               {"vmid": 101, "node": "pve1", "type": "lxc", "tags": ["web"]}],
+    "users": [{"userid": "root@pam", "password": "secret"},
+              {"userid": "cpu@pve", "password": "cpu-pw"}],
+    "roles": {"CpuOnly": ["VM.Audit", "VM.Config.CPU"]},
+    "acl": [{"path": "/vms", "role": "CpuOnly", "user": "cpu@pve"}],
+}
+
+
+@pytest.mark.parametrize("kind, vmid", [("qemu", 100), ("lxc", 101)])
+def test_changing_tags_needs_vm_config_options(sim_factory, kind, vmid):
+    # GuestHelpers::assert_tag_permissions checks VM.Config.Options before the tag rules.
+    sim = sim_factory(CONFIG_RIGHTS)
+    guest = getattr(sim.proxmox(user="cpu@pve", password="cpu-pw").nodes("pve1"), kind)(vmid)
+    guest.config.put(cores=2)
+    for change in ({"tags": "web;db"}, {"delete": "tags"}):
+        with pytest.raises(ResourceException) as err:
+            guest.config.put(**change)
+        assert err.value.status_code == 403
+        assert err.value.content == f"Permission check failed (/vms/{vmid}, VM.Config.Options)"
+    assert guest.config.get()["tags"] == "web"
+
+
 def test_privsep_token_permissions_show_the_intersection(sim_factory):
     sim = sim_factory(ACCESS_SCENARIO)
     root = sim.proxmox(user="root@pam", password="secret")

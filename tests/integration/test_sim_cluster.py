@@ -124,10 +124,23 @@ def test_running_qemu_guest_resource_has_the_documented_fields(shared_sim):
     assert (guest["tags"], guest["pool"], guest["hastate"]) == ("web", "prod", "started")
 
 
-def test_container_resource_has_real_disk_and_no_memhost(shared_sim):
+def test_container_resource_has_real_disk_and_memhost_zero(shared_sim):
+    # PVE 9's RRD layout has a memhost column that pvestatd leaves empty for containers.
     ct = by_id(shared_sim.proxmox().cluster.resources.get(type="vm"))["lxc/109"]
-    assert ct["type"] == "lxc" and "memhost" not in ct
+    assert ct["type"] == "lxc" and ct["memhost"] == 0
     assert 0 < ct["disk"] <= ct["maxdisk"]
+
+
+def test_pve8_has_no_memhost_in_resources_or_pool_members(sim_factory):
+    sim = sim_factory({"pve_version": "8.4.1", "nodes": [{"name": "pve1"}], "pools": ["prod"],
+                       "guests": [{"vmid": 100, "node": "pve1", "pool": "prod"},
+                                  {"vmid": 101, "node": "pve1", "type": "lxc", "pool": "prod"}]})
+    pve = sim.proxmox(user="root@pam", password="keel-sim")
+    guests = [e for e in pve.cluster.resources.get() if e["type"] in ("qemu", "lxc")]
+    [pool] = pve.pools.get(poolid="prod")
+    assert len(guests) == 2 and len(pool["members"]) == 2
+    assert not [e for e in guests + pool["members"] if "memhost" in e]
+    assert guests[0]["mem"] > 0       # the other usage fields are there
 
 
 def test_stopped_guest_and_template_resources_use_nothing(shared_sim):
@@ -168,6 +181,21 @@ def test_storage_resources_are_per_node_with_shared_flag(shared_sim):
     assert storage["storage/pve1/local-lvm"]["shared"] == 0
     # ceph is one pool: every node reports the same usage
     assert len({storage[f"storage/{n}/ceph"]["disk"] for n in DEMO_NODES}) == 1
+
+
+def test_network_storage_is_shared_without_the_flag(sim_factory):
+    sim = sim_factory({"nodes": [{"name": "pve1"}, {"name": "pve2"}],
+                       "storages": [{"storage": "ceph", "type": "rbd", "size": "10TiB"},
+                                    {"storage": "data", "type": "dir"}],
+                       "guests": [{"vmid": 100, "node": "pve1", "storage": "ceph", "disk": "1TiB"}]})
+    pve = sim.proxmox(user="root@pam", password="keel-sim")
+    config = {s["storage"]: s for s in pve.storage.get()}
+    assert config["ceph"]["shared"] == 1 and "shared" not in config["data"]
+    storage = by_id(pve.cluster.resources.get(type="storage"))
+    assert storage["storage/pve2/ceph"]["shared"] == 1
+    # one pool seen from every node, not a local storage per node
+    assert storage["storage/pve2/ceph"]["disk"] == storage["storage/pve1/ceph"]["disk"] > 0
+    assert pve.nodes("pve1").qemu(100).migrate.get()["local_disks"] == []
 
 
 def test_pool_resources_add_up_their_running_members(shared_sim):

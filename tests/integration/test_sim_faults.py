@@ -237,9 +237,18 @@ def test_control_api_changes_a_guests_load_at_once(sim):
     assert after["cpu"] * after["maxcpu"] == pytest.approx(before["cpu"] * before["maxcpu"] + 2 * 0.92)
 
 
+@pytest.mark.parametrize("mem_used, bytes_", [
+    ("50%", 1024**3), (0.25, 512 * 1024**2), (1, 2 * 1024**3), ("1GiB", 1024**3), ("9GiB", 2 * 1024**3),
+])
+def test_control_api_mem_used_is_a_fraction_a_percentage_or_a_size(sim, mem_used, bytes_):
+    # VM 119 has 2 GiB; a number up to 1 is a share of it, never one byte.
+    assert sim.control("POST", "guests/119", {"mem_used": mem_used})["mem_used"] == bytes_
+
+
 @pytest.mark.parametrize("body, status", [
     ({"profile": "no-such-profile"}, 404),
     ({"cpu": "lots"}, 400),
+    ({"mem_used": "120%"}, 400),
 ])
 def test_control_api_refuses_bad_load_changes(sim, body, status):
     response = requests.post(f"{sim.url}/_sim/guests/119", json=body, verify=sim.cert, timeout=30)

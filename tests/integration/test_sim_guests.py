@@ -171,7 +171,7 @@ def test_config_put_on_a_locked_guest_is_500(sim):
     pve.nodes("pve1").qemu(103).migrate.post(target="pve2", online=1)
     response = raw(sim, "PUT", "/nodes/pve1/qemu/103/config", description="x")
     assert response.status_code == 500
-    assert response.reason == "VM 103 is locked (migrate)"
+    assert response.reason == "VM is locked (migrate)"   # AbstractConfig::check_lock: no vmid
 
 
 def test_config_put_cannot_set_and_delete_one_key(sim):
@@ -292,7 +292,7 @@ def test_vm_stop_of_a_locked_vm_is_a_task_error(sim):
     pve = sim.proxmox()
     pve.nodes("pve1").qemu(103).migrate.post(target="pve2", online=1)
     upid = pve.nodes("pve1").qemu(103).status.stop.post()
-    assert wait_task(sim, pve, upid, step=0.5)["exitstatus"] == "VM 103 is locked (migrate)"
+    assert wait_task(sim, pve, upid, step=0.5)["exitstatus"] == "VM is locked (migrate)"
 
 
 def test_ha_guest_power_goes_through_ha(sim):

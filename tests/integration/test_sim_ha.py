@@ -198,6 +198,32 @@ def test_rules_filters(shared_sim, params, names):
     assert [r["rule"] for r in shared_sim.proxmox().cluster.ha.rules.get(**params)] == names
 
 
+def test_scenario_rules_list_only_their_keys_as_rules_made_through_the_api(sim):
+    pve = sim.proxmox()
+    pve.cluster.ha.rules.post(rule="made", type="node-affinity", resources="vm:100", nodes="pve3")
+    pve.cluster.ha.rules.post(rule="made-apart", type="resource-affinity", resources="vm:101,vm:102",
+                              affinity="negative", disable=0)
+    rules = {r["rule"]: r for r in pve.cluster.ha.rules.get()}
+    assert set(rules["erp-prefers-big"]) == set(rules["made"]) == \
+        {"rule", "type", "resources", "nodes", "order", "digest"}
+    assert set(rules["db-apart"]) == set(rules["made-apart"]) == \
+        {"rule", "type", "resources", "affinity", "order", "digest"}
+
+
+def test_scenario_rules_keep_strict_and_disable_when_given(sim_factory):
+    sim = sim_factory({
+        "nodes": [{"name": "n1"}, {"name": "n2"}],
+        "guests": [{"vmid": 100, "node": "n1", "ha": True}, {"vmid": 101, "node": "n1", "ha": True}],
+        "ha": {"rules": [{"rule": "a", "type": "node-affinity", "resources": [100], "nodes": "n1",
+                          "strict": False, "disable": True, "comment": "kept"},
+                         {"rule": "b", "type": "node-affinity", "resources": [101], "nodes": "n1",
+                          "strict": True, "disable": False}]}})
+    pve = sim.proxmox(user="root@pam", password="keel-sim")
+    rules = {r["rule"]: r for r in pve.cluster.ha.rules.get()}
+    assert (rules["a"]["strict"], rules["a"]["disable"], rules["a"]["comment"]) == (0, 1, "kept")
+    assert rules["b"]["strict"] == 1 and "disable" not in rules["b"] and "comment" not in rules["b"]
+
+
 def test_rule_create_update_delete(sim):
     pve = sim.proxmox()
     pve.cluster.ha.rules.post(rule="keep-web", type="node-affinity", resources="vm:100,vm:101",
@@ -208,6 +234,12 @@ def test_rule_create_update_delete(sim):
     assert pve.cluster.ha.rules("keep-web").get()["nodes"] == "pve4"
     pve.cluster.ha.rules("keep-web").put(type="node-affinity", disable=1)
     assert pve.cluster.ha.rules("keep-web").get()["disable"] == 1
+    # PVE drops a false ``disable`` on update as on create: the rule stays disabled ...
+    pve.cluster.ha.rules("keep-web").put(type="node-affinity", disable=0)
+    assert pve.cluster.ha.rules("keep-web").get()["disable"] == 1
+    # ... until ``disable`` is deleted.
+    pve.cluster.ha.rules("keep-web").put(type="node-affinity", delete="disable")
+    assert "disable" not in pve.cluster.ha.rules("keep-web").get()
     pve.cluster.ha.rules("keep-web").delete()
     assert "keep-web" not in [r["rule"] for r in pve.cluster.ha.rules.get()]
 

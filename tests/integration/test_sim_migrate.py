@@ -3,8 +3,11 @@ failures, containers in restart mode, and HA guests that the CRM moves."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import requests
+from proxmoxer import ResourceException
 
 from conftest import DEMO_TOKEN
 
@@ -44,6 +47,12 @@ def run_until_done(sim, pve, upid: str, step: float = 1.0, limit: float = 3600) 
 
 def log_text(pve, upid: str) -> str:
     return "\n".join(line["t"] for line in pve.nodes(upid.split(":")[1]).tasks(upid).log.get(limit=500))
+
+
+def log_lines(pve, upid: str) -> list[str]:
+    """The task's log without the time stamps a migration log's lines start with."""
+    return [re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", line)
+            for line in log_text(pve, upid).splitlines()]
 
 
 def node_of(pve, vmid: int) -> str:
@@ -123,7 +132,7 @@ def test_precondition_of_a_locked_vm_is_500(sim):
                             headers={"Authorization": f"PVEAPIToken={DEMO_TOKEN}"},
                             verify=sim.cert, timeout=30)
     assert response.status_code == 500
-    assert response.reason == "VM 103 is locked (migrate)"
+    assert response.reason == "VM is locked (migrate)"   # AbstractConfig::check_lock: no vmid
 
 
 # -- a live migration --------------------------------------------------------------------
@@ -308,12 +317,54 @@ def test_running_container_with_restart_is_stopped_moved_and_started(sim):
     assert pve.nodes("pve5").lxc(124).status.current.get()["status"] == "running"
 
 
-def test_container_live_migration_is_not_implemented(sim):
+def test_running_container_with_restart_logs_shutdown_then_the_migration(sim):
     pve = sim.proxmox()
-    upid = pve.nodes("pve4").lxc(124).migrate.post(target="pve5", online=1)
+    upid = pve.nodes("pve4").lxc(124).migrate.post(target="pve5", restart=1)
+    run_until_done(sim, pve, upid)
+    lines = log_lines(pve, upid)
+    assert lines[:2] == ["shutdown CT 124", "starting migration of CT 124 to node 'pve5' (10.0.0.5)"]
+    assert lines[-3:] == ["start container on target node",
+                          "migration finished successfully (duration 00:00:07)", "TASK OK"]
+
+
+@pytest.mark.parametrize("options", [{"online": 1}, {"online": 1, "restart": 1}])
+def test_container_live_migration_is_not_implemented_and_the_container_keeps_running(sim, options):
+    # LXC::Migrate::prepare dies on ``online`` before a restart migration would shut it down.
+    pve = sim.proxmox()
+    upid = pve.nodes("pve4").lxc(124).migrate.post(target="pve5", **options)
     status, _ = run_until_done(sim, pve, upid)
     assert status["exitstatus"] == "migration aborted"
-    assert "lxc live migration is currently not implemented" in log_text(pve, upid)
+    assert log_lines(pve, upid) == ["ERROR: migration aborted (duration 00:00:00): lxc live "
+                                    "migration is currently not implemented",
+                                    "TASK ERROR: migration aborted"]
+    assert node_of(pve, 124) == "pve4"
+    assert pve.nodes("pve4").lxc(124).status.current.get()["status"] == "running"
+
+
+LOCKED_CONTAINER = {
+    "nodes": [{"name": "n1"}, {"name": "n2"}],
+    "storages": [{"storage": "ceph", "type": "rbd"}],
+    "guests": [{"vmid": 200, "node": "n1", "type": "lxc", "status": "stopped", "lock": "backup"}],
+}
+
+
+def test_a_locked_container_is_not_migrated_and_keeps_its_lock(sim_factory):
+    # pve-container checks the lock in the worker (LXC::Migrate::prepare), not before it.
+    sim = sim_factory(LOCKED_CONTAINER)
+    pve = sim.proxmox(user="root@pam", password="keel-sim")
+    upid = pve.nodes("n1").lxc(200).migrate.post(target="n2")
+    status, _ = run_until_done(sim, pve, upid)
+    assert status["exitstatus"] == "migration aborted"
+    assert "ERROR: migration aborted (duration 00:00:00): CT is locked (backup)" in log_text(pve, upid)
+    assert node_of(pve, 200) == "n1"
+    assert pve.nodes("n1").lxc(200).config.get()["lock"] == "backup"
+
+
+def test_precondition_of_a_locked_container_is_500(sim_factory):
+    sim = sim_factory(LOCKED_CONTAINER)
+    with pytest.raises(ResourceException) as err:
+        sim.proxmox(user="root@pam", password="keel-sim").nodes("n1").lxc(200).migrate.get()
+    assert (err.value.status_code, err.value.content) == (500, "CT is locked (backup)")
 
 
 def test_failed_restart_migration_starts_the_container_again_on_the_source(sim):

@@ -144,18 +144,127 @@ def test_unreadable_files(tmp_path, text, message):
         sc.load(path)
 
 
-@pytest.mark.parametrize("options, key", [
-    ({"crs": {"ha": "fancy"}}, "cluster_options.crs"),
-    ({"colour": "blue"}, "cluster_options.colour"),
-    ({"next-id": {"lower": "x"}}, "cluster_options.next-id"),
+@pytest.mark.parametrize("options, key, message", [
+    ({"crs": {"ha": "fancy"}}, "cluster_options.crs", "does not have a value in the enumeration"),
+    ({"colour": "blue"}, "cluster_options.colour", "not a datacenter.cfg option"),
+    ({"next-id": {"lower": "x"}}, "cluster_options.next-id", "type check ('integer') failed"),
 ])
-def test_bad_cluster_options_are_refused_when_the_cluster_is_built(options, key):
-    scenario = sc.parse(minimal(cluster_options=options))
-    with pytest.raises(InvalidError, match=key):
-        Cluster(scenario, Clock(0, 0))
+def test_bad_cluster_options_are_problems_with_their_paths(options, key, message):
+    found = problems(minimal(cluster_options=options))
+    assert key in found and message in found[key], found
+
+
+def test_cluster_options_are_reported_with_the_other_problems_and_the_file_name(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("nodes:\n  - {name: n1}\nguests:\n  - {vmid: 100, node: n2}\n"
+                    "cluster_options: {crs: {ha: fancy}}\n")
+    with pytest.raises(InvalidError) as err:
+        sc.load(path)
+    assert err.value.message.startswith(f"{path}: 2 problem(s): ")
+    assert set(err.value.errors) == {"guests[0].node", "cluster_options.crs"}
+    assert "scenario:" not in err.value.message
 
 
 def test_cluster_options_become_objects():
     cluster = Cluster(sc.parse(minimal(cluster_options={"crs": {"ha": "static", "ha-rebalance-on-start": True}})),
                       Clock(0, 0))
     assert cluster.options["crs"] == {"ha": "static", "ha-rebalance-on-start": 1}
+
+
+def test_a_reset_keeps_the_lock_that_requests_wait_on():
+    cluster = Cluster(sc.parse(minimal()), Clock(0, 0))
+    lock = cluster.lock
+    with lock:                      # as the control API holds it while it resets
+        cluster.reset()
+    assert cluster.lock is lock
+
+
+# -- guests, disks and the names a scenario refers to --------------------------------------
+
+
+@pytest.mark.parametrize("data, path, message", [
+    (minimal(guests=[{"node": "n1"}]), "guests[0].vmid", "is required"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "disks": [{"key": "scsi0"}, {"size": "8G"}]}]),
+     "guests[0].disks[1]", "automatic key 'scsi0' is already used by guests[0].disks[0]"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "disks": [{"size": "8G"}, {"key": "scsi0"}]}]),
+     "guests[0].disks[1].key", "key 'scsi0' is already used by guests[0].disks[0]"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "disks": [{"key": "rootfs"}]}]),
+     "guests[0].disks[0].key", "not a disk key of a VM: 'rootfs'"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "type": "lxc", "disks": [{}, {"key": "rootfs"}]}]),
+     "guests[0].disks[1].key", "key 'rootfs' is already used by guests[0].disks[0]"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "type": "lxc",
+                      "disks": [{}, {"cdrom": True, "storage": "local"}]}]),
+     "guests[0].disks[1].cdrom", "a container has no CD drive"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "disks": [{}] + [{"cdrom": True, "storage": "local"}] * 5}]),
+     "guests[0].disks[5]", "no IDE slot left for another CD-ROM"),
+    (minimal(pve_version="8.4", guests=[{"vmid": 100, "node": "n1", "ha": {"group": "g"}}]),
+     "guests[0].ha.group", "no HA group named 'g'"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "ha": {"group": "g"}}]),
+     "guests[0].ha.group", "PVE 9 has no HA groups"),
+    (minimal(acl=[{"path": "/", "role": "PVEAuditr", "user": "root@pam"}]), "acl[0].role",
+     "no role named 'PVEAuditr'"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "ha": True}],
+             ha={"rules": [{"rule": "r", "type": "node-affinity", "nodes": "n1", "resources": [100, 999]}]}),
+     "ha.rules[0].resources", "vm:999 is not a guest of the scenario"),
+    (minimal(guests=[{"vmid": 100, "node": "n1"}],
+             ha={"rules": [{"rule": "r", "type": "node-affinity", "nodes": "n1", "resources": ["vm:100"]}]}),
+     "ha.rules[0].resources", "vm:100 is not an HA resource"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "ha": True}],
+             ha={"rules": [{"rule": "r", "type": "node-affinity", "nodes": {"n1": 1, "n7": 2},
+                            "resources": ["vm:100"]}]}),
+     "ha.rules[0].nodes", "no node named 'n7'"),
+    (minimal(pve_version="8.4", ha={"groups": [{"group": "g", "nodes": "n1,n9"}]}),
+     "ha.groups[0].nodes", "no node named 'n9'"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "mem_used": "150%"}]), "guests[0].mem_used",
+     "a percentage must be from 0% to 100%"),
+    (minimal(guests=[{"vmid": 100, "node": "n1", "mem_used": True}]), "guests[0].mem_used",
+     "expected"),
+])
+def test_names_a_scenario_uses_must_exist(data, path, message):
+    found = problems(data)
+    assert path in found, found
+    assert message in found[path]
+
+
+def test_a_guest_without_vmid_is_not_a_duplicate_of_another():
+    found = problems(minimal(guests=[{"node": "n1"}, {"node": "n2"}]))
+    assert set(found) == {"guests[0].vmid", "guests[1].vmid"}
+
+
+def test_cdroms_get_ide2_ide3_then_the_other_ide_slots():
+    cd = {"cdrom": True, "storage": "local"}
+    scenario = sc.parse(minimal(guests=[{"vmid": 100, "node": "n1",
+                                         "disks": [{}, cd, cd, {"size": "4G"}, cd]}]))
+    assert [d.key for d in scenario.guests[0].disks] == ["scsi0", "ide2", "ide3", "scsi1", "ide0"]
+
+
+def test_a_rules_bare_vmid_is_read_by_the_guests_type():
+    scenario = sc.parse(minimal(
+        guests=[{"vmid": 100, "node": "n1", "ha": True},
+                {"vmid": 101, "node": "n1", "type": "lxc", "ha": True}],
+        ha={"rules": [{"rule": "r", "type": "resource-affinity", "affinity": "positive",
+                       "resources": [100, 101]}]}))
+    assert scenario.ha_rules[0].resources == ("vm:100", "ct:101")
+
+
+@pytest.mark.parametrize("written, expected", [
+    (0.25, GiB), (1, 4 * GiB), (0, 0), ("50%", 2 * GiB), ("12.5%", GiB // 2), ("1GiB", GiB),
+    (1024, 1024), ("8GiB", 4 * GiB),
+])
+def test_mem_used_is_a_fraction_a_percentage_or_a_size(written, expected):
+    scenario = sc.parse(minimal(guests=[{"vmid": 100, "node": "n1", "memory": "4GiB", "mem_used": written}]))
+    assert scenario.guests[0].mem_used == expected
+
+
+@pytest.mark.parametrize("storage, shared", [
+    ({"storage": "ceph", "type": "rbd"}, True),
+    ({"storage": "nas", "type": "nfs"}, True),
+    ({"storage": "pbs", "type": "pbs", "content": "backup"}, True),
+    ({"storage": "zfs-iscsi", "type": "zfs"}, True),
+    ({"storage": "data", "type": "dir"}, False),
+    ({"storage": "data", "type": "dir", "shared": True}, True),
+    ({"storage": "tank", "type": "zfspool"}, False),
+])
+def test_network_storage_is_shared_by_its_type(storage, shared):
+    scenario = sc.parse(minimal(storages=[storage]))
+    assert scenario.storages[0].shared is shared

@@ -4,7 +4,9 @@ Privileges for a path come from the most specific ACL entry on the way from ``/`
 the path (entries above the path count only if they propagate); a user's own entries
 beat its groups' at the same level; ``NoAccess`` beats everything; a guest or storage in
 a pool also gets the roles set on the pool (never propagating).  A token with privilege
-separation gets the intersection of its own and its user's.
+separation gets the intersection of its own and its user's; ``root@pam`` has every
+privilege, and so has its token without privilege separation (a privsep token of root's
+has its own entries only).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from keel.sim import scenario as sc
 from keel.sim.errors import ApiError
 
 TICKET_LIFETIME_S = 7200
+ROOT = "root@pam"
 
 VM_PRIVS = (
     "VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
@@ -104,7 +107,8 @@ class Auth:
 
     @property
     def is_root(self) -> bool:
-        return self.userid == "root@pam" and self.tokenid is None
+        """root@pam itself (PVE's ``$authuser eq 'root@pam'``): a token of root's is not."""
+        return self.userid == ROOT and self.tokenid is None
 
 
 class Access:
@@ -213,7 +217,10 @@ class Access:
         if user is None or not user.enable:
             return {}
         path = _norm(path)
-        roles = self._effective_roles(user, path, None)
+        # root@pam has every privilege whatever the ACL says, and so has its token without
+        # privilege separation; a privsep token of root@pam has its own entries only.
+        root = auth.userid == ROOT
+        roles = None if root else self._effective_roles(user, path, None)
         own = None
         if auth.tokenid is not None:
             token = user.tokens.get(auth.tokenid)
@@ -221,13 +228,19 @@ class Access:
                 return {}
             if token.privsep:
                 own = self._effective_roles(user, path, auth.tokenid)
+        if root and own is None:
+            return {priv: 1 for priv in sorted(ALL_PRIVS)}
         # Many paths (every guest under /vms) end with the same roles: expand each set once.
         key = ("privileges", roles, own)
         if key not in self.memo:
-            privs = self._expand(roles)
-            if own is not None:
-                mine = self._expand(own)
-                privs = {p: min(privs[p], mine[p]) for p in mine if p in privs}
+            if roles is None:
+                assert own is not None
+                privs = self._expand(own)
+            else:
+                privs = self._expand(roles)
+                if own is not None:
+                    mine = self._expand(own)
+                    privs = {p: min(privs[p], mine[p]) for p in mine if p in privs}
             self.memo[key] = dict(sorted(privs.items()))
         return self.memo[key]
 

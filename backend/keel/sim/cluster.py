@@ -7,6 +7,7 @@ so no thread runs the cluster in the background and a run is reproducible.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import itertools
@@ -21,7 +22,7 @@ from keel.sim.access import Access, Auth
 from keel.sim.clock import Clock
 from keel.sim.errors import ApiError
 from keel.sim.guests import SimGuest, config_from_spec
-from keel.sim.schema import Schema, parse_property_string
+from keel.sim.schema import Schema
 from keel.sim.tasks import Task, format_upid
 
 GiB = 1024**3
@@ -59,10 +60,16 @@ class Cluster:
 
     def __init__(self, scenario: sc.Scenario, clock: Clock | None = None,
                  schema: Schema | None = None):
-        self.scenario = scenario
-        self.schema = schema or Schema.load()
-        self.clock = clock or Clock(scenario.start_time, 1.0)
+        # One lock for the cluster's whole life: requests and the control API wait on it,
+        # and a reset rebuilds the state under it (it must never be replaced).
         self.lock = threading.RLock()
+        self._build(scenario, clock or Clock(scenario.start_time, 1.0), schema or Schema.load())
+
+    def _build(self, scenario: sc.Scenario, clock: Clock, schema: Schema) -> None:
+        """The state as the scenario starts it (also what ``reset`` puts back)."""
+        self.scenario = scenario
+        self.schema = schema
+        self.clock = clock
         self.t = self.clock.now()
         self.seed = scenario.seed
         self.rng = random.Random(scenario.seed)
@@ -92,7 +99,7 @@ class Cluster:
             self.guests[spec.vmid] = guest
             if spec.pool:
                 self.guest_pool[spec.vmid] = spec.pool
-        self.options: dict[str, Any] = self._options(scenario.cluster_options)
+        self.options: dict[str, Any] = copy.deepcopy(scenario.cluster_options)
         self.tasks: dict[str, Task] = {}
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -113,31 +120,6 @@ class Cluster:
                 self.ha.node_maintenance(node.name, True)
 
     # -- options -----------------------------------------------------------------
-
-    def _options(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """datacenter.cfg from the scenario, checked against the schema's formats."""
-        props = self.schema.endpoint("PUT", "/cluster/options").properties
-        options: dict[str, Any] = {}
-        errors = []
-        for key, value in raw.items():
-            spec = props.get(key)
-            if spec is None or key == "delete":
-                errors.append(f"cluster_options.{key}: not a datacenter.cfg option")
-                continue
-            if isinstance(value, dict):
-                value = ",".join(f"{k}={_flag(v)}" for k, v in value.items())
-            try:
-                if isinstance(spec.get("format"), dict):
-                    options[key] = parse_property_string(spec["format"], str(value))
-                else:
-                    from keel.sim.schema import check_value
-                    options[key] = check_value(spec, value)
-            except ValueError as err:
-                errors.append(f"cluster_options.{key}: {err}")
-        if errors:
-            from keel.errors import InvalidError
-            raise InvalidError("scenario: " + "; ".join(errors))
-        return options
 
     @property
     def crs(self) -> dict[str, Any]:
@@ -345,9 +327,11 @@ class Cluster:
 
     def reset(self) -> None:
         """Back to the scenario as loaded, at its start time (a clean slate for a test without
-        a new process); the clock keeps its factor."""
-        self.__init__(self.scenario, Clock(self.scenario.start_time, self.clock.factor),  # type: ignore[misc]
-                      self.schema)
+        a new process); the clock keeps its factor.  The caller holds ``self.lock``, which
+        stays the same object, so no request can slip in while the state is rebuilt."""
+        with self.lock:
+            self._build(self.scenario, Clock(self.scenario.start_time, self.clock.factor),
+                        self.schema)
 
     def next_vmid(self) -> int:
         bounds = self.options.get("next-id", {})
@@ -361,14 +345,6 @@ class Cluster:
 
     def auth_node_name(self) -> str:
         return self.scenario.local_node
-
-
-def _flag(value: Any) -> Any:
-    if value is True:
-        return 1
-    if value is False:
-        return 0
-    return value
 
 
 def describe(auth: Auth | None) -> str:

@@ -11,10 +11,11 @@
 | DELETE /_sim/faults              |                                      | no faults                    |
 | POST /_sim/nodes/<name>          | {"online": bool, "maintenance": bool} | lose/return a node, HA maint |
 | POST /_sim/quorum                | {"quorate": bool}                    | lose or regain quorum        |
-| POST /_sim/guests/<vmid>         | {"cpu": f, "mem_used": size, "profile": name} | change a guest's load |
+| POST /_sim/guests/<vmid>         | {"cpu": f, "mem_used": m, "profile": name} | change a guest's load |
 | GET  /_sim/guests/<vmid>/files   |                                      | files written by the agent   |
 
-The fault entries have the scenario's form (docs/simulator.md).
+The fault entries have the scenario's form, and ``mem_used`` a size, a fraction of the
+guest's memory or a percentage, as in a scenario (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from werkzeug.wrappers import Request, Response
 from keel.errors import KeelError
 from keel.sim import scenario as sc
 from keel.sim.cluster import Cluster
-from keel.units import parse_size
 from keel.validate import Problems, Reader
 
 
@@ -111,7 +111,7 @@ def _handle(cluster: Cluster, method: str, parts: list[str], body: dict[str, Any
             if "cpu" in body:
                 guest.cpu_base = min(1.0, max(0.0, float(body["cpu"])))
             if "mem_used" in body:
-                guest.mem_base = min(guest.maxmem, parse_size(body["mem_used"], "mem_used"))
+                guest.mem_base = sc.mem_used_bytes(body["mem_used"], guest.maxmem)
             if "profile" in body:
                 name = body["profile"]
                 if name is not None and name not in cluster.scenario.profiles:

@@ -18,7 +18,7 @@ from keel.sim import migrate, ops, scenario as sc
 from keel.sim.cluster import Cluster
 from keel.sim.errors import ApiError
 from keel.sim.guests import SimGuest
-from keel.sim.ha_rules import Placement, normalise_sid, parse_nodes, sid_key
+from keel.sim.ha_rules import Placement, normalise_sid, parse_nodes, rule_entry, sid_key
 from keel.sim.ha_status import StatusViews
 
 ROUND_S = 10.0
@@ -48,13 +48,7 @@ class HaManager(Placement, StatusViews):
         self.last_round = cluster.t
         self.uid = 0
         for rule in scenario.ha_rules:
-            entry: dict[str, Any] = {"type": rule.type, "resources": ",".join(rule.resources),
-                                     "disable": int(rule.disable), "comment": rule.comment}
-            if rule.type == "node-affinity":
-                entry.update(nodes=rule.nodes, strict=int(rule.strict))
-            else:
-                entry.update(affinity=rule.affinity)
-            self.rules[rule.rule] = entry
+            self.rules[rule.rule] = rule_entry(rule)
         for group in scenario.ha_groups:
             self.groups[group.group] = {"nodes": group.nodes, "restricted": int(group.restricted),
                                         "nofailback": int(group.nofailback), "comment": group.comment}
@@ -337,9 +331,10 @@ class HaManager(Placement, StatusViews):
             status["node"] = guest.node
             if ok and source in self.maintenance:
                 status["maintenance_node"] = source
-        migrate.start_migration(self.cluster, guest, node, "root@pam", online=True,
-                            with_local_disks=True, force=True, restart=guest.type == "lxc",
-                            on_done=done)
+        # The LRM migrates a VM live; a container it relocates (PVECT.pm: online=0, restart).
+        migrate.start_migration(self.cluster, guest, node, "root@pam", online=guest.type == "qemu",
+                                with_local_disks=True, force=True, restart=guest.type == "lxc",
+                                on_done=done)
 
     def _manage(self, sid: str) -> None:
         cluster = self.cluster

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from keel.sim.cluster import Cluster
     from keel.sim.guests import SimGuest
+    from keel.sim.scenario_types import HaRule
 
 
 def parse_nodes(text: str) -> dict[str, int]:
@@ -21,6 +22,23 @@ def parse_nodes(text: str) -> dict[str, int]:
 
 def normalise_sid(sid: str) -> str:
     return f"vm:{sid}" if str(sid).isdigit() else str(sid)
+
+
+def rule_entry(rule: "HaRule") -> dict[str, Any]:
+    """A scenario rule stored as ``POST /cluster/ha/rules`` stores one: the keys given, and
+    ``disable`` only when set (the API drops ``disable=0``; PVE lists no defaults of 0)."""
+    entry: dict[str, Any] = {"type": rule.type, "resources": ",".join(rule.resources)}
+    if rule.type == "node-affinity":
+        entry["nodes"] = rule.nodes
+        if rule.strict is not None:
+            entry["strict"] = int(rule.strict)
+    else:
+        entry["affinity"] = rule.affinity
+    if rule.disable:
+        entry["disable"] = 1
+    if rule.comment:
+        entry["comment"] = rule.comment
+    return entry
 
 
 def sid_key(sid: str) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from keel.sim.cluster import GiB, MiB, Cluster
 from keel.sim.errors import ApiError, param_error
 from keel.sim.guests import Migration, SimGuest, Volume
-from keel.sim.ops import check_lock
+from keel.sim.ops import check_lock, lock_error
 from keel.sim.tasks import Task
 
 OFFLINE_MIGRATION_S = 1.5
@@ -154,14 +154,11 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
     log = _Log(task)
     t0 = cluster.t
     live = running and guest.type == "qemu"
-    restarted = running and guest.type == "lxc"
+    restarted = running and guest.type == "lxc"     # restart mode (online fails in prepare)
     _, mem_used = cluster.guest_usage(guest, cluster.t)
     label = "VM" if guest.type == "qemu" else "CT"
-    if guest.type == "qemu":
-        log(t0, f"starting migration of VM {guest.vmid} to node '{target}' "
+    starting = (f"starting migration of {label} {guest.vmid} to node '{target}' "
                 f"({cluster.nodes[target].spec.ip})")
-    elif restarted:
-        log(t0, f"shutdown CT {guest.vmid}")
 
     def release() -> None:
         guest.migration = None
@@ -196,13 +193,17 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
             on_done(False)
     task.on_abort = abort
 
-    error, lines = _precheck_in_worker(cluster, guest, target, online, with_local_disks, force,
-                                       restart)
+    error, lines = _precheck_in_worker(cluster, guest, target, online, with_local_disks, force)
     if error:
-        for line in lines:
-            log(t0, line)
+        if lines:   # the local-disk scan is phase 1's: it comes after its first line
+            for line in [starting] + lines:
+                log(t0, line)
+            log(t0, error, error=True)
         cluster.schedule(t0 + 0.5, lambda: end("aborted", error))
         return task
+    if restarted:   # restart mode shuts the container down at the end of prepare
+        log(t0, f"shutdown CT {guest.vmid}")
+    log(t0 + (3.0 if restarted else 0.0), starting)
     guest.config["lock"] = "migrate"
     guest.migration = Migration(target, task.upid, online=live)
     cluster.invalidate_usage()
@@ -264,13 +265,18 @@ def _stop(cluster: Cluster, guest: SimGuest) -> None:
 
 
 def _precheck_in_worker(cluster: Cluster, guest: SimGuest, target: str, online: bool,
-                        with_local_disks: bool, force: bool, restart: bool) -> tuple[str, list[str]]:
+                        with_local_disks: bool, force: bool) -> tuple[str, list[str]]:
     """What QemuMigrate/LXC::Migrate's prepare and volume scan refuse, in their order:
-    (error, lines logged before it); no error: ("", [])."""
+    (error, lines logged before it; lines only for the volume scan); no error: ("", [])."""
     running = guest.status == "running"
     unreachable = "Can't connect to destination address using public key"
     if guest.type == "lxc":
-        if running and online and not restart:
+        # LXC::Migrate::prepare: the config lock (not checked before the worker), then a
+        # running container with ``online`` (even with ``restart``), then the target.
+        locked = lock_error(guest)
+        if locked:
+            return locked, []
+        if running and online:
             return "lxc live migration is currently not implemented", []
         return ("" if cluster.nodes[target].online else unreachable), []
     devices = guest.local_devices()

@@ -31,8 +31,9 @@ def _label(guest: SimGuest) -> str:
 
 
 def lock_error(guest: SimGuest, skiplock: bool = False) -> str | None:
+    """AbstractConfig::check_lock's words: the guest type, not its id (``VM is locked (backup)``)."""
     if guest.lock and not skiplock:
-        return f"{_label(guest)} {guest.vmid} is locked ({guest.lock})"
+        return f"{_label(guest)} is locked ({guest.lock})"
     return None
 
 

@@ -14,10 +14,13 @@ from typing import Any
 import yaml
 
 from keel.errors import InvalidError
+from keel.sim.scenario_guests import mem_used_bytes, read_guest  # noqa: F401 (mem_used_bytes: control)
+from keel.sim.scenario_ha import check_names, read_group, read_rule
+from keel.sim.scenario_options import read_options
 from keel.sim.scenario_types import (  # noqa: F401 (re-exported: scenario.Guest, ...)
-    DEVICE_KEYS, GUEST_STATUSES, GUEST_TYPES, HA_STATES, PRIVSEP_DEFAULT, RULE_TYPES, Acl, Disk,
-    EndpointFault, Faults, GiB, Guest, HaGroup, HaRule, HaSpec, MigrationFault, MiB, Node,
-    Profile, Scenario, Storage, Token, User,
+    DEVICE_KEYS, GUEST_STATUSES, GUEST_TYPES, HA_STATES, PRIVSEP_DEFAULT, RULE_TYPES,
+    SHARED_STORAGE_TYPES, Acl, Disk, EndpointFault, Faults, GiB, Guest, HaGroup, HaRule, HaSpec,
+    MigrationFault, MiB, Node, Profile, Scenario, Storage, Token, User,
 )
 from keel.validate import Problems, Reader
 
@@ -82,10 +85,10 @@ def _read(top: Reader, problems: Problems) -> Scenario:
     node_names = [n.name for n in nodes]
     _unique(problems, "nodes", node_names, "node name")
 
-    guests = [_guest(Reader(item, path, problems), path, problems, default_storage, profiles,
-                     node_names, storage_names)
+    guests = [read_guest(Reader(item, path, problems), problems, default_storage, profiles,
+                         node_names, storage_names)
               for path, item in top.items("guests")]
-    _unique(problems, "guests", [g.vmid for g in guests], "vmid")
+    _unique(problems, "guests", [g.vmid for g in guests if g.vmid], "vmid")
 
     pools: dict[str, str] = {}
     for path, item in top.items("pools"):
@@ -100,18 +103,16 @@ def _read(top: Reader, problems: Problems) -> Scenario:
             pools[guest.pool] = ""
 
     ha = top.mapping("ha")
-    rules = [_rule(Reader(item, path, problems)) for path, item in ha.items("rules")]
-    groups = [_group(Reader(item, path, problems)) for path, item in ha.items("groups")]
+    rules = [read_rule(Reader(item, path, problems)) for path, item in ha.items("rules")]
+    groups = [read_group(Reader(item, path, problems)) for path, item in ha.items("groups")]
     ha.done()
     if major >= 9 and groups:
         problems.add("ha.groups", "PVE 9 has no HA groups; use ha.rules (node-affinity)")
     if major < 9 and rules:
         problems.add("ha.rules", "PVE 8 has no HA rules; use ha.groups")
+    check_names(problems, major, guests, node_names, rules, groups)
 
-    options = top.raw("cluster_options", {}) or {}
-    if not isinstance(options, dict):
-        problems.add("cluster_options", "expected a mapping")
-        options = {}
+    options = read_options(top.raw("cluster_options", None), problems)
 
     users, roles, acl = _access(top, problems)
     faults = _faults(top.mapping("faults"), problems)
@@ -175,11 +176,13 @@ def _profile(r: Reader) -> Profile:
 
 
 def _storage(r: Reader) -> Storage:
+    kind = r.get("type", str, "dir")
     storage = Storage(
         storage=r.get("storage", str),
-        type=r.get("type", str, "dir"),
+        type=kind,
         content=r.string_list("content", ("images", "rootdir")),
-        shared=r.get("shared", bool, False),
+        # PVE marks network storage shared whatever the flag says (pve-storage's parse_config).
+        shared=r.get("shared", bool, False) or kind in SHARED_STORAGE_TYPES,
         nodes=r.string_list("nodes", ()) or None,
         size=r.size("size", 1024 * GiB),
     )
@@ -211,146 +214,6 @@ def _node(r: Reader, index: int) -> Node:
     return node
 
 
-def _guest(r: Reader, path: str, problems: Problems, default_storage: str,
-           profiles: dict[str, Profile], node_names: list[str], storages: set[str]) -> Guest:
-    vmid = r.integer("vmid", None, 100, 999999999)
-    kind = r.choice("type", GUEST_TYPES, "qemu")
-    memory = r.size("memory", 2 * GiB)
-    node = r.get("node", str)
-    if node is not None and node_names and node not in node_names:
-        problems.add(r.sub("node"), f"no node named {node!r}")
-    disks: list[Disk] = []
-    for dpath, item in r.items("disks"):
-        d = Reader(item, dpath, problems)
-        disk = Disk(key=d.get("key", str, ""), storage=d.get("storage", str, default_storage),
-                    size=d.size("size", 32 * GiB), cdrom=d.get("cdrom", bool, False))
-        d.done()
-        if disk.storage not in storages:
-            problems.add(d.sub("storage"), f"no storage named {disk.storage!r}")
-        disks.append(disk)
-    if not r.has("disks"):
-        size = r.size("disk", 32 * GiB if kind == "qemu" else 8 * GiB)
-        storage = r.get("storage", str, default_storage)
-        if storage not in storages:
-            problems.add(r.sub("storage"), f"no storage named {storage!r}")
-        disks = [Disk("", storage, size or 0)]
-    else:
-        r.raw("disk")
-        r.raw("storage")
-    _name_disks(kind, disks)
-    devices: dict[str, str] = {}
-    for dpath, item in r.items("devices"):
-        key, _, value = str(item).partition(":")
-        key = key.strip()
-        if not DEVICE_KEYS.match(key):
-            problems.add(dpath, f"not a local device key (hostpciN, usbN, serialN, ...): {key!r}")
-        devices[key] = value.strip() or _default_device(key)
-    profile = r.get("profile", str, None)
-    if profile is not None and profile not in profiles:
-        problems.add(r.sub("profile"), f"no profile named {profile!r}")
-    ha_value = r.raw("ha", None)
-    ha = None
-    if ha_value is not None and ha_value is not False:
-        if isinstance(ha_value, str):
-            ha_value = {"state": ha_value}
-        elif ha_value is True:
-            ha_value = {}
-        h = Reader(ha_value, r.sub("ha"), problems)
-        ha = HaSpec(state=h.choice("state", HA_STATES, "started"), group=h.get("group", str, None),
-                    failback=h.get("failback", bool, True),
-                    max_restart=h.integer("max_restart", 1, 0),
-                    max_relocate=h.integer("max_relocate", 1, 0),
-                    comment=h.get("comment", str, ""))
-        h.done()
-    mem_used_raw = r.raw("mem_used", None)
-    if isinstance(mem_used_raw, float) and mem_used_raw <= 1:
-        mem_used = int((memory or 0) * mem_used_raw)
-    else:
-        mem_used = r.size("mem_used", int((memory or 0) * 0.5))
-    cores = r.integer("cpus", 1, 1)
-    guest = Guest(
-        vmid=vmid or 0, name=r.get("name", str, f"{'vm' if kind == 'qemu' else 'ct'}{vmid}"),
-        type=kind or "qemu", node=node or "", status=r.choice("status", GUEST_STATUSES, "running"),
-        cores=cores or 1, sockets=r.integer("sockets", 1, 1) or 1, memory=memory or 0,
-        cpu=r.number("cpu", 0.1, 0, 1), mem_used=min(mem_used or 0, memory or 0),
-        disks=disks, devices=devices, tags=r.string_list("tags"),
-        pool=r.get("pool", str, None), template=r.get("template", bool, False),
-        agent=r.get("agent", bool, kind == "qemu"), profile=profile, ha=ha,
-        protection=r.get("protection", bool, False), boot_s=r.duration("boot", 20.0) or 0.0,
-        description=r.get("description", str, ""), lock=r.get("lock", str, None),
-    )
-    if guest.template and guest.status == "running":
-        problems.add(r.sub("status"), "a template cannot be running")
-    r.done()
-    return guest
-
-
-def _name_disks(kind: str, disks: list[Disk]) -> None:
-    index = 0
-    for disk in disks:
-        if disk.key:
-            continue
-        if kind == "lxc":
-            disk.key = "rootfs" if index == 0 else f"mp{index - 1}"
-        elif disk.cdrom:
-            disk.key = "ide2"
-            continue
-        else:
-            disk.key = f"scsi{index}"
-        index += 1
-
-
-def _default_device(key: str) -> str:
-    if key.startswith("hostpci"):
-        return "0000:01:00.0"
-    if key.startswith("usb"):
-        return "host=1234:5678"
-    if key.startswith("serial"):
-        return "/dev/ttyS0"
-    return "1"
-
-
-def _rule(r: Reader) -> HaRule:
-    kind = r.choice("type", RULE_TYPES)
-    nodes_value = r.raw("nodes", "")
-    if isinstance(nodes_value, dict):
-        nodes = ",".join(f"{n}:{p}" if p else str(n) for n, p in nodes_value.items())
-    elif isinstance(nodes_value, list):
-        nodes = ",".join(str(n) for n in nodes_value)
-    else:
-        nodes = str(nodes_value or "")
-    resources = tuple(_sid(x) for x in r.string_list("resources"))
-    rule = HaRule(rule=r.get("rule", str), type=kind or "node-affinity", resources=resources,
-                  nodes=nodes, strict=r.get("strict", bool, False),
-                  affinity=r.get("affinity", str, ""), disable=r.get("disable", bool, False),
-                  comment=r.get("comment", str, ""))
-    if rule.type == "node-affinity" and not rule.nodes:
-        r.problems.add(r.sub("nodes"), "a node-affinity rule needs nodes")
-    if rule.type == "resource-affinity" and rule.affinity not in ("positive", "negative"):
-        r.problems.add(r.sub("affinity"), "must be positive or negative")
-    r.done()
-    return rule
-
-
-def _sid(value: str) -> str:
-    return f"vm:{value}" if value.isdigit() else value
-
-
-def _group(r: Reader) -> HaGroup:
-    nodes_value = r.raw("nodes", "")
-    if isinstance(nodes_value, dict):
-        nodes = ",".join(f"{n}:{p}" if p else str(n) for n, p in nodes_value.items())
-    elif isinstance(nodes_value, list):
-        nodes = ",".join(str(n) for n in nodes_value)
-    else:
-        nodes = str(nodes_value)
-    group = HaGroup(group=r.get("group", str), nodes=nodes,
-                    restricted=r.get("restricted", bool, False),
-                    nofailback=r.get("nofailback", bool, False), comment=r.get("comment", str, ""))
-    r.done()
-    return group
-
-
 def _access(top: Reader, problems: Problems) -> tuple[list[User], dict[str, tuple[str, ...]], list[Acl]]:
     users: list[User] = []
     for path, item in top.items("users"):
@@ -374,11 +237,14 @@ def _access(top: Reader, problems: Problems) -> tuple[list[User], dict[str, tupl
     role_reader = top.mapping("roles")
     for name in list(role_reader.data):
         roles[str(name)] = role_reader.string_list(str(name))
+    from keel.sim.access import BUILTIN_ROLES   # late: access imports this module
     acl: list[Acl] = []
     for path, item in top.items("acl"):
         r = Reader(item, path, problems)
         acl_path = r.get("path", str, "/")
         role = r.get("role", str)
+        if role is not None and role not in roles and role not in BUILTIN_ROLES:
+            problems.add(r.sub("role"), f"no role named {role!r}")
         propagate = r.get("propagate", bool, True)
         count = 0
         for kind in ("user", "token", "group"):

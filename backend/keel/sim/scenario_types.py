@@ -17,6 +17,10 @@ PRIVSEP_DEFAULT = True
 # The qemu/lxc config keys that make a guest depend on its node (qemu-server's
 # check_local_resources); accepted in a guest's ``devices`` list.
 DEVICE_KEYS = re.compile(r"^(hostpci|usb|serial|parallel|virtiofs)\d+$|^ivshmem$|^amd-sev$|^intel-tdx$")
+# Storage plugins PVE treats as shared whatever storage.cfg says (pve-storage's
+# Plugin.pm @SHARED_STORAGE; glusterfs only until PVE 9 dropped the plugin).
+SHARED_STORAGE_TYPES = frozenset({"iscsi", "nfs", "cifs", "rbd", "cephfs", "iscsidirect", "glusterfs",
+                                  "zfs", "drbd", "pbs"})
 
 
 @dataclass
@@ -137,7 +141,7 @@ class HaRule:
     type: str
     resources: tuple[str, ...]
     nodes: str = ""                 # node[:priority],...
-    strict: bool = False
+    strict: bool | None = None      # None: not given (the rule then has no ``strict`` key)
     affinity: str = ""
     disable: bool = False
     comment: str = ""
@@ -195,7 +199,7 @@ class Scenario:
     pools: dict[str, str]           # poolid -> comment
     ha_rules: list[HaRule]
     ha_groups: list[HaGroup]
-    cluster_options: dict[str, Any]
+    cluster_options: dict[str, Any]  # datacenter.cfg, checked; property strings as mappings
     users: list[User]
     roles: dict[str, tuple[str, ...]]
     acl: list[Acl]

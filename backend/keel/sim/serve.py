@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import ssl
@@ -11,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
+from keel.errors import ExitStatus
 from keel.sim import scenario as sc
 from keel.sim.clock import Clock
 from keel.sim.cluster import Cluster
@@ -19,6 +21,13 @@ from keel.sim.server import SimApp
 from keel.sim.tls import make_certificate
 
 log = logging.getLogger("keel.sim")
+
+
+class ListenError(Exception):
+    """The server could not bind its address (in use, not an address of this machine, ...)."""
+
+    def __init__(self, host: str, port: int, reason: str):
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
 
 
 class SimServer:
@@ -31,10 +40,15 @@ class SimServer:
         if tls_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="keel-sim-")
             tls_dir = Path(self._tmp.name)
-        self.cert_file, key_file = make_certificate(Path(tls_dir))
+        self.cert_file, key_file = make_certificate(Path(tls_dir), host)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert_file, key_file)
-        self.server = HttpsServer(host, port, SimApp(self.cluster), context)
+        try:
+            self.server = HttpsServer(host, port, SimApp(self.cluster), context)
+        except OSError as err:   # EADDRINUSE, EADDRNOTAVAIL, an unknown host name, ...
+            if self._tmp is not None:
+                self._tmp.cleanup()
+            raise ListenError(host, port, err.strerror or str(err)) from None
         self.host = host
         self.port = self.server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -60,10 +74,31 @@ class SimServer:
             self._tmp.cleanup()
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` keeps the simulator on this machine (``localhost`` or 127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def run(scenario_path: str, port: int, clock_factor: float, host: str = "127.0.0.1",
-        tls_dir: str | None = None, out: TextIO = sys.stdout) -> int:
+        tls_dir: str | None = None, out: TextIO = sys.stdout, err: TextIO | None = None) -> int:
+    """Serve until SIGTERM or SIGINT (status 0).  One line on ``out`` once listening; a port
+    that cannot be bound is one line on ``err`` (default: standard error) and status 1."""
+    err = err if err is not None else sys.stderr
     scenario = sc.load(scenario_path)
-    server = SimServer(scenario, port, host, clock_factor, Path(tls_dir) if tls_dir else None)
+    if not is_loopback(host):
+        print(f"keel sim: warning: listening on {host}, not on loopback: the control API (/_sim) "
+              f"has no authentication, so anyone who reaches this port can change the "
+              f"simulation", file=err, flush=True)
+    try:
+        server = SimServer(scenario, port, host, clock_factor, Path(tls_dir) if tls_dir else None)
+    except ListenError as error:
+        print(f"keel sim: {error}", file=err, flush=True)
+        return ExitStatus.ERROR
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -1,11 +1,14 @@
 """The simulator's HTTPS front: PVE's wire protocol on ``/api2/json`` (and ``/api2/extjs``),
 and a small JSON control API on ``/_sim`` for tests and demos.
 
-A request goes as in pveproxy: sync the cluster to now → authenticate (ticket cookie or
-header, CSRF on writes, or API token; 401) → find the endpoint in the schema (501 if PVE
-has none) → check the schema's permissions (403) → refuse if the node it is for is down
-(595) → check parameters against the schema (400) → refuse writes without quorum (500) →
-run the handler.
+A request goes as in pveproxy (docs/simulator.md, "How a request is handled"): wait out
+the latency of a matching endpoint fault → run the events due by now → authenticate
+(ticket cookie or header, CSRF on writes, or API token; 401) → find the endpoint in the
+schema (501 if PVE has none) → refuse an API token on an endpoint PVE keeps for tickets
+(403) → check the schema's permissions (403) → refuse if the node it is for is unknown
+(500) or down (595) → check parameters against the schema (400) → draw the error of a
+matching endpoint fault → refuse writes without quorum (500) → run the handler (501 if
+the simulator has none).
 """
 
 from __future__ import annotations

@@ -62,10 +62,16 @@ def allowed_tags(cluster: "Cluster", auth: "Auth | None") -> set[str]:
     return allowed | registered if privileged else allowed - registered
 
 
-def check_tag_change(cluster: "Cluster", auth: "Auth | None", old: str | None, new: str | None) -> None:
-    """``assert_tag_permissions`` after VM.Config.Options: each added or removed tag must be
-    allowed for the user; registered tags need Sys.Modify on /."""
-    if auth is None or cluster.access.has(auth, "/", ["Sys.Modify"]):
+def check_tag_change(cluster: "Cluster", auth: "Auth | None", vmid: int, old: str | None,
+                     new: str | None) -> None:
+    """``assert_tag_permissions``: VM.Config.Options on the guest first (403 naming it), then
+    each added or removed tag must be allowed for the user; registered tags need Sys.Modify
+    on /.  root@pam, with every privilege, always passes."""
+    if auth is None or auth.is_root:
+        return
+    if not cluster.access.has(auth, f"/vms/{vmid}", ["VM.Config.Options"]):
+        raise ApiError(403, f"Permission check failed (/vms/{vmid}, VM.Config.Options)")
+    if cluster.access.has(auth, "/", ["Sys.Modify"]):
         return
     registered, user_allow, _ = _lists(cluster)
     allowed = allowed_tags(cluster, auth)

@@ -61,9 +61,13 @@ def get_config(call: Call, kind: str) -> dict[str, Any]:
 
 
 def _apply_config(call: Call, guest: SimGuest) -> None:
-    """A config update as qemu-server's update_vm_api / pve-container's update_vm do it:
-    parameter conflicts (400), the privilege for each key (403), then under the config
-    lock the digest and the guest's lock (500)."""
+    """A config update as qemu-server's update_vm_api / pve-container's update_vm do it.
+
+    VM: parameter conflicts (400), the privilege for each key but tags (403), then under the
+    config lock the digest and the guest's lock (500), then, as the changes are applied, the
+    tags (VM.Config.Options and the tag rules, 403).  Container: under the config lock the
+    guest's lock and the digest (500) first, then conflicts and each key's privilege, tags
+    among them."""
     cluster = call.cluster
     params = dict(call.params)
     for key in ("node", "vmid", "skiplock", "digest", "delete", "revert", "force", "background_delay"):
@@ -73,22 +77,23 @@ def _apply_config(call: Call, guest: SimGuest) -> None:
     deletes = split_list(str(call.params.get("delete", "")), r"[,;\s]")
     if not params and not deletes and not call.params.get("revert"):
         raise ApiError(500, "no options specified")
-    for key in deletes:
-        if key in params:
-            raise param_error({"delete": f"you can't use '-{key}' and -delete {key}' at the same time"})
-    _check_config_privileges(call, guest, list(params) + deletes)
-    if "tags" in params or "tags" in deletes:
-        tags.check_tag_change(cluster, call.auth, guest.config.get("tags"), params.get("tags"))
     digest = call.params.get("digest")
-    if guest.type == "qemu":
-        if digest and digest != guest.digest():
-            raise ApiError(500, "checksum mismatch (file change by other user?)")
-        ops.check_lock(guest, call.flag("skiplock"))
-    else:
+    if guest.type == "lxc":
         ops.check_lock(guest, call.flag("skiplock"))
         if digest and digest != guest.digest():
             raise ApiError(500, "detected modified configuration - file changed by other user? "
                                 "Try again.")
+    for key in deletes:
+        if key in params:
+            raise param_error({"delete": f"you can't use '-{key}' and -delete {key}' at the same time"})
+    _check_config_privileges(call, guest, list(params) + deletes)
+    if guest.type == "qemu":
+        if digest and digest != guest.digest():
+            raise ApiError(500, "checksum mismatch (file change by other user?)")
+        ops.check_lock(guest, call.flag("skiplock"))
+    if "tags" in params or "tags" in deletes:
+        tags.check_tag_change(cluster, call.auth, guest.vmid, guest.config.get("tags"),
+                              params.get("tags"))
     if "tags" in params:
         params["tags"] = tags.unique_tags(cluster, params["tags"])
         if not params["tags"]:

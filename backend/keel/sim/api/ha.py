@@ -208,7 +208,10 @@ def update_rule(call: Call) -> None:
         raise ApiError(500, f"{failed}: detected modified configuration - file changed by other "
                             f"user? Try again.")
     entry = dict(ha.rules[name])
-    entry.update({k: call.params[k] for k in RULE_KEYS if k in call.params and k != "type"})
+    # As on create, a false ``disable`` is dropped: it leaves the rule as it was (re-enable
+    # a rule with ``delete=disable``).
+    entry.update({k: call.params[k] for k in RULE_KEYS if k in call.params and k != "type"
+                  and (k != "disable" or call.params[k])})
     for key in split_list(str(call.params.get("delete", "")), r"[,;\s]"):
         entry.pop(key, None)
     _check_names(call, entry, failed)

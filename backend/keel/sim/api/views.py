@@ -50,6 +50,7 @@ def guest_status(cluster: Cluster, guest: SimGuest) -> str:
 
 
 def guest_resource(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
+    """A guest as ``/cluster/resources`` and pool members show it (extract_vm_stats)."""
     entry: dict[str, Any] = {
         "id": f"{guest.type}/{guest.vmid}", "type": guest.type, "vmid": guest.vmid,
         "node": guest.node, "name": guest.name, "status": guest_status(cluster, guest),
@@ -57,6 +58,12 @@ def guest_resource(cluster: Cluster, guest: SimGuest) -> dict[str, Any]:
     }
     if cluster.nodes[guest.node].online:
         entry.update(guest_usage_fields(cluster, guest))
+        # extract_vm_stats reads memhost from PVE 9's RRD layout only (pve-vm-9.0), where a
+        # container's column is empty: PVE 8 has no memhost, PVE 9 says 0 for a container.
+        if cluster.scenario.pve_major < 9:
+            entry.pop("memhost", None)
+        elif guest.type == "lxc":
+            entry["memhost"] = 0
     else:
         entry.update(maxcpu=cluster.guest_maxcpu(guest), maxmem=guest.maxmem,
                      maxdisk=boot_disk(guest))
