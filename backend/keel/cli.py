@@ -30,6 +30,7 @@ class Env:
 
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    stdin: TextIO | None = field(default_factory=lambda: sys.stdin)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--pve-version", default="9.1.4", help="8.x or 9.x (default 9.1.4)")
     gen.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
 
+    from keel import cli_balance
+    cli_balance.add_parsers(sub, _add_connection)
+
     demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
     demo.add_argument("--keep-running", action="store_true",
@@ -129,16 +133,26 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
 
 def connect(args: argparse.Namespace, env: Env) -> Any:
     """A PveClient from flags, environment and config file, in that order of precedence."""
+    return connect_with_config(args, env)[0]
+
+
+def load_config(args: argparse.Namespace, env: Env) -> Any:
+    from keel import config as cfg
+    config_path = args.config or env.environ.get("KEEL_CONFIG")
+    if config_path:
+        return cfg.load(config_path)
+    if cfg.DEFAULT_CONFIG_FILE.exists():
+        return cfg.load(cfg.DEFAULT_CONFIG_FILE)
+    return cfg.Config()
+
+
+def connect_with_config(args: argparse.Namespace, env: Env) -> tuple[Any, Any]:
+    """(PveClient, Config): flags, then environment, then the config file."""
     from keel import config as cfg
     from keel.pve.client import PveClient
 
-    config_path = args.config or env.environ.get("KEEL_CONFIG")
-    if config_path:
-        settings = cfg.load(config_path).proxmox
-    elif cfg.DEFAULT_CONFIG_FILE.exists():
-        settings = cfg.load(cfg.DEFAULT_CONFIG_FILE).proxmox
-    else:
-        settings = cfg.ProxmoxSettings()
+    config = load_config(args, env)
+    settings = config.proxmox
     overrides = dict(env.environ)
     if args.pve_url:
         overrides["KEEL_PVE_URL"] = args.pve_url
@@ -153,7 +167,7 @@ def connect(args: argparse.Namespace, env: Env) -> Any:
         overrides.pop("KEEL_PVE_TOKEN", None) if not args.pve_token_file else None
     if args.pve_password_file:
         overrides["KEEL_PVE_PASSWORD"] = cfg.read_secret(args.pve_password_file, "password")
-    return PveClient(cfg.target_from(settings, overrides))
+    return PveClient(cfg.target_from(settings, overrides)), config
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
@@ -192,7 +206,8 @@ def cmd_sim(args: argparse.Namespace, env: Env) -> int:
     from keel.sim.serve import run
     if not args.verbose:
         logging.getLogger("keel.sim").setLevel(logging.INFO)
-    return run(args.scenario, args.port, args.clock_factor, args.host, args.tls_dir, env.stdout)
+    return run(args.scenario, args.port, args.clock_factor, args.host, args.tls_dir, env.stdout,
+               env.stderr)
 
 
 def cmd_import_proxlb(args: argparse.Namespace, env: Env) -> int:
@@ -217,7 +232,16 @@ def cmd_demo(args: argparse.Namespace, env: Env) -> int:
     return run_demo(env, args.scenario, args.keep_running)
 
 
-COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo}
+def _balance_command(name: str) -> Any:
+    def run(args: argparse.Namespace, env: Env) -> int:
+        from keel import cli_balance
+        return cli_balance.COMMANDS[name](args, env)
+    return run
+
+
+COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo,
+            **{name: _balance_command(name) for name in
+               ("plan", "apply", "maintenance", "best-node", "balance", "history")}}
 COMMANDS["import-proxlb"] = cmd_import_proxlb
 
 

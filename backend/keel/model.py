@@ -129,6 +129,17 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class StorageUsage:
+    """One storage as seen from one node (``/cluster/resources`` type storage)."""
+
+    node: str
+    storage: str
+    used: int
+    total: int
+    shared: bool
+
+
+@dataclass(frozen=True)
 class HaRule:
     """A PVE 9 HA rule (or a PVE 8 group turned into the equivalent node-affinity rule)."""
 
@@ -172,6 +183,7 @@ class Snapshot:
     ha_master: str | None = None
     crs: CrsOptions = CrsOptions()
     api_calls: int = 0          # how many API requests the snapshot took
+    storage_usage: tuple[StorageUsage, ...] = ()
 
     @property
     def pve_major(self) -> int:

@@ -20,7 +20,11 @@ ALLOWED = {
     "pve": {"pve", "model", "errors", "units", "validate"},
     "config": {"config", "pve", "balance", "errors", "units", "validate"},
     "schedule": {"schedule", "validate", "errors", "units"},
-    "balance": {"balance", "model", "schedule", "errors", "units", "validate"},
+    "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate"},
+    "words": {"words"},
+    "importers": {"importers", "config", "balance", "errors", "validate", "units", "schedule"},
+    "store": {"store", "balance", "errors"},
+    "plan_view": {"plan_view", "balance", "status_view", "units"},
     "status_view": {"status_view", "balance", "model", "units", "errors"},
     "sim": {"sim", "errors", "units", "validate", "balance", "model"},
 }

@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 from keel.errors import KeelError, NotFoundError, UnavailableError
-from keel.model import CrsOptions, Guest, HaResource, HaRule, LocalDisk, Node, Psi, Snapshot, Storage
+from keel.model import (CrsOptions, Guest, HaResource, HaRule, LocalDisk, Node, Psi, Snapshot, Storage,
+                        StorageUsage)
 from keel.pve.client import PveClient
 
 log = logging.getLogger("keel.pve")
@@ -72,6 +73,11 @@ def collect(client: PveClient, psi: bool = False, now: float | None = None) -> S
         guests[guest.vmid] = guest
 
     pools = tuple(sorted(e["pool"] for e in resources if e.get("type") == "pool"))
+    usage = tuple(
+        StorageUsage(node=e["node"], storage=e["storage"], used=int(e.get("disk", 0)),
+                     total=int(e.get("maxdisk", 0)), shared=bool(int(e.get("shared", 0))))
+        for e in sorted(resources, key=lambda e: e.get("id", ""))
+        if e.get("type") == "storage" and "maxdisk" in e)
     return Snapshot(
         taken_at=taken_at,
         cluster_name=str(cluster_entry.get("name", "")),
@@ -86,6 +92,7 @@ def collect(client: PveClient, psi: bool = False, now: float | None = None) -> S
         ha_master=manager_status.get("master_node") or None,
         crs=_crs(options.get("crs") or {}, pve_version),
         api_calls=client.calls - calls0,
+        storage_usage=usage,
     )
 
 
@@ -141,7 +148,7 @@ def _storages(cfg: list[dict[str, Any]]) -> dict[str, Storage]:
 
 
 # Storage plugins that are shared by nature, whatever the ``shared`` flag says.
-_SHARED_TYPES = {"rbd", "cephfs", "nfs", "cifs", "glusterfs", "iscsi", "iscsidirect", "pbs"}
+_SHARED_TYPES = {"rbd", "cephfs", "nfs", "cifs", "glusterfs", "iscsi", "iscsidirect", "pbs", "zfs", "drbd"}
 
 
 def _local_disks(client: PveClient, nodes: dict[str, Node], storages: dict[str, Storage]

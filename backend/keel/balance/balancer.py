@@ -1,0 +1,194 @@
+"""One planning round, start to finish: rules → load model → method → margin → order.
+
+``make_plan(snapshot, settings, history, now)`` is a pure function: the same inputs give
+the same plan, which is what ``keel plan`` shows, ``keel apply`` runs and the benchmark
+measures.  ``best_node`` answers "where would Keel put a new guest of this size?".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from keel import words
+from keel.balance import loads, sequence
+from keel.balance.history import History
+from keel.balance.loads import LoadModel, Samples
+from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
+from keel.balance.planner import _figure, _triggered, plan_keel
+from keel.balance.rules import Constraints, compile_rules
+from keel.balance.settings import BalancingSettings
+from keel.model import Snapshot
+
+GiB = 1024**3
+
+
+def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History | None = None,
+              now: float | None = None, samples: Samples | None = None,
+              method: str | None = None) -> Plan:
+    history = history or History()
+    now = snapshot.taken_at if now is None else now
+    method = method or settings.method
+    cons = compile_rules(snapshot, settings, history, now)
+    model = loads.build(snapshot, settings, cons.eligible, samples)
+    before = _state(model, cons, snapshot)
+    config = _summary(settings, method)
+    if not snapshot.quorate:
+        return Plan(words.NO_QUORUM, method, "the cluster has no quorum: nothing is moved", (),
+                    before, before, tuple(cons.skipped), tuple(cons.conflicts), tuple(cons.notices),
+                    config, now)
+    if settings.mode == "psi" and snapshot.pve_major < 9:
+        cons.notices.append("psi mode needs Proxmox VE 9 (pressure figures); using used load")
+    work = model.copy()
+    if method == "keel":
+        outcome = plan_keel(work, cons, settings)
+    else:
+        from keel.balance.pvemethods import plan_pve
+        outcome = plan_pve(work, cons, settings, snapshot, method)
+    moves, skipped = outcome.moves, list(cons.skipped) + outcome.skipped
+    balance = [m for m in moves if m.reason == words.BALANCE]
+    verdict, reason = words.PLANNED, ""
+    if balance and outcome.balance_from > 0:
+        gain = (outcome.balance_from - outcome.balance_to) / outcome.balance_from
+        if gain < settings.margin:
+            moves = [m for m in moves if m.reason != words.BALANCE]
+            verdict = words.NOT_WORTH_IT
+            reason = (f"the best plan cuts the imbalance by {gain:.0%}, less than the margin "
+                      f"of {settings.margin:.0%}")
+        else:
+            reason = f"cuts the imbalance by {gain:.0%} with {len(balance)} balancing moves"
+    ordered, dropped = _order(moves, model, cons, settings)
+    skipped += dropped
+    after_model = model.copy()
+    for move in _net(ordered):
+        after_model.move([move.vmid], move.source, move.target)
+    after = _state(after_model, cons, snapshot, ordered)
+    if verdict == words.PLANNED:
+        if not ordered:
+            figure = _figure(before.figures, settings)
+            if outcome.stuck:
+                verdict, reason = words.STUCK, "imbalanced, but no allowed move helps (see skipped)"
+            elif _triggered(model, settings):
+                verdict = words.STUCK
+                reason = f"imbalance {figure:.2f} is over the threshold, but no move is allowed"
+            else:
+                verdict = words.BALANCED
+                reason = (f"imbalance {figure:.2f} is within the threshold {settings.threshold:.2f}"
+                          + (f" and no node is above {settings.hotspot:.0%}" if settings.hotspot else ""))
+        elif not reason:
+            kinds = sorted({m.reason for m in ordered})
+            reason = f"{len(ordered)} moves ({', '.join(kinds)})"
+    return Plan(verdict, method, reason, tuple(ordered), before, after, tuple(skipped),
+                tuple(cons.conflicts), tuple(cons.notices), config, now)
+
+
+def _net(moves: list[Move]) -> list[Move]:
+    """Where each guest ends up, as one move per guest (parking folded away)."""
+    first: dict[int, Move] = {}
+    last: dict[int, Move] = {}
+    for move in moves:
+        first.setdefault(move.vmid, move)
+        last[move.vmid] = move
+    result = []
+    for vmid, start in first.items():
+        end = last[vmid]
+        if start.source != end.target:
+            result.append(replace(start, target=end.target))
+    return result
+
+
+def _order(moves: list[Move], model: LoadModel, cons: Constraints, settings: BalancingSettings
+           ) -> tuple[list[Move], list[Skip]]:
+    if not moves:
+        return [], []
+    anti_of: dict[int, set[str]] = {}
+    placement: dict[int, str] = {}
+    unit_of = {g.vmid: u for u in cons.units for g in u.guests}
+    for name, keys in cons.anti_groups:
+        for unit in cons.units:
+            if unit.key in keys:
+                for guest in unit.guests:
+                    anti_of.setdefault(guest.vmid, set()).add(name)
+                    placement[guest.vmid] = guest.node
+    used = {n: float(model.mem_used[i]) for n, i in model.index.items()}
+    cap = {n: float(model.mem_cap[i]) if model.eligible[i] else float("inf")
+           for n, i in model.index.items()}
+    # Nodes being emptied may be over their limit already; what matters is the targets.
+    allowed = {vmid: set(unit.allowed) for vmid, unit in unit_of.items()}
+    priority = {words.MAINTENANCE: 0, words.RULE: 1, words.BALANCE: 2}
+    ordered = sorted(moves, key=lambda m: priority.get(m.reason, 3))
+    return sequence.order(ordered, used, cap, anti_of, placement, settings.limits.concurrent,
+                          settings.limits.per_node, allowed)
+
+
+def _state(model: LoadModel, cons: Constraints, snapshot: Snapshot,
+           moves: list[Move] | None = None) -> State:
+    u = model.utilisation()
+    counts = {name: 0 for name in model.nodes}
+    ends = {m.vmid: m.target for m in (moves or [])}
+    for guest in snapshot.guests.values():
+        node = ends.get(guest.vmid, guest.node)
+        if node in counts:
+            counts[node] += 1
+    nodes = {name: NodeLoad(name, float(u[i][0]), float(u[i][1]), float(u[i][2]), counts[name],
+                            bool(model.eligible[i]))
+             for name, i in model.index.items()}
+    return State(nodes, model.figures())
+
+
+def _summary(settings: BalancingSettings, method: str) -> dict[str, Any]:
+    return {
+        "method": method, "mode": settings.mode, "weights": dict(settings.weights),
+        "guests": sorted(settings.guest_types), "scope": settings.scope,
+        "imbalance": settings.imbalance, "threshold": settings.threshold,
+        "hotspot": settings.hotspot, "hold": settings.hold, "margin": settings.margin,
+        "cooldown_s": settings.cooldown_s, "headroom": settings.headroom,
+        "limits": {"moves": settings.limits.moves, "gib": settings.limits.bytes / GiB,
+                   "concurrent": settings.limits.concurrent, "per_node": settings.limits.per_node},
+        "with_local_disks": settings.with_local_disks,
+        "maintenance": sorted(settings.maintenance),
+    }
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    fits: bool
+    reason: str
+    figure_after: float
+
+
+def best_node(snapshot: Snapshot, settings: BalancingSettings, cores: float, memory: int,
+              history: History | None = None, now: float | None = None) -> list[Placement]:
+    """Every node ranked for a new guest of ``cores`` vCPUs and ``memory`` bytes, best first.
+
+    The guest is assumed to use what it is given (as in ``assigned`` mode): a node fits if
+    its memory stays under its limit with the guest on it.
+    """
+    now = snapshot.taken_at if now is None else now
+    cons = compile_rules(snapshot, settings, history or History(), now)
+    model = loads.build(snapshot, settings, cons.eligible, None)
+    demand = np.array([float(cores), float(memory), 0.0])
+    ranked = []
+    for name, i in model.index.items():
+        if not model.eligible[i]:
+            why = "in maintenance" if name in cons.maintenance else "not a target (ignored)"
+            ranked.append(Placement(name, False, why, float("inf")))
+            continue
+        trial = model.copy()
+        trial.load[i] += demand
+        trial.mem_used[i] += memory
+        fits = trial.mem_used[i] <= trial.mem_cap[i]
+        figure = _figure(trial.figures(), settings)
+        u = trial.utilisation()[i]
+        reason = (f"cpu {u[0]:.0%}, memory {u[1]:.0%} with it" if fits
+                  else f"memory would reach {trial.mem_used[i] / model.cap[i][1]:.0%} (limit "
+                       f"{model.mem_cap[i] / model.cap[i][1]:.0%})")
+        ranked.append(Placement(name, bool(fits), reason, figure))
+    for name, node in snapshot.nodes.items():
+        if not node.online:
+            ranked.append(Placement(name, False, "offline", float("inf")))
+    ranked.sort(key=lambda p: (not p.fits, p.figure_after, p.node))
+    return ranked

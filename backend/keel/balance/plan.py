@@ -1,0 +1,137 @@
+"""What the planner returns: a plan with its moves, the loads before and after, and what
+was left alone and why.  Plain data; ``to_json()`` is the documented ``keel plan --json``.
+
+    {"verdict": "PLANNED", "method": "keel", "moves": [{"vmid": 105, "name": "build1",
+      "type": "qemu", "from": "pve1", "to": "pve3", "reason": "balance", "wave": 1, ...}],
+     "before": {"nodes": {...}, "imbalance": {...}}, "after": {...}, "skipped": [...],
+     "conflicts": [...], "config": {...}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Move:
+    vmid: int
+    name: str
+    type: str                   # qemu|lxc
+    source: str
+    target: str
+    reason: str                 # words.MAINTENANCE / RULE / BALANCE / PARK
+    detail: str                 # a sentence for a person
+    mem_bytes: int              # memory that travels (and is held on both nodes meanwhile)
+    disk_bytes: int = 0         # local disk that travels (with_local_disks)
+    wave: int = 0
+    ha_sid: str | None = None   # moved through the HA manager
+    group: str | None = None    # a bundle that moves together
+    running: bool = True
+    gain: float = 0.0           # how much this move cut the objective
+    est_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["from"] = data.pop("source")
+        data["to"] = data.pop("target")
+        data["gain"] = round(self.gain, 6)
+        data["est_seconds"] = round(self.est_seconds, 1)
+        return data
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str                 # a words.* reason
+    detail: str
+    vmid: int | None = None
+    name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    node: str
+    cpu: float                  # fraction of capacity, 0..1+
+    memory: float
+    disk: float
+    guests: int
+    eligible: bool              # a target for balancing (online, not in maintenance, not ignored)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpu": round(self.cpu, 4), "memory": round(self.memory, 4), "disk": round(self.disk, 4),
+                "guests": self.guests, "eligible": self.eligible}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Imbalance figures over the eligible nodes."""
+
+    keel: float                 # weighted quadratic mean of per-resource SDs of node utilisation
+    pve: float                  # Proxmox CRS: CV of (cpu+mem)/2 over sqrt(n-1)
+    spread: dict[str, float]    # ProxLB's balanciness: max - min, percentage points, per resource
+    peak: float                 # highest node utilisation on a weighted resource
+    objective: float            # what the planner minimises (keel's squared, times n)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keel": round(self.keel, 4), "pve": round(self.pve, 4),
+                "spread": {k: round(v, 2) for k, v in self.spread.items()},
+                "peak": round(self.peak, 4), "objective": round(self.objective, 6)}
+
+
+@dataclass(frozen=True)
+class State:
+    nodes: dict[str, NodeLoad]
+    figures: Figures
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": {name: load.to_json() for name, load in self.nodes.items()},
+                "imbalance": self.figures.to_json()}
+
+
+@dataclass(frozen=True)
+class Plan:
+    verdict: str
+    method: str
+    reason: str                 # one sentence: why this verdict
+    moves: tuple[Move, ...]
+    before: State
+    after: State
+    skipped: tuple[Skip, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(m.mem_bytes + m.disk_bytes for m in self.moves)
+
+    @property
+    def waves(self) -> int:
+        return max((m.wave for m in self.moves), default=0)
+
+    @property
+    def est_seconds(self) -> float:
+        per_wave: dict[int, float] = {}
+        for move in self.moves:
+            per_wave[move.wave] = max(per_wave.get(move.wave, 0.0), move.est_seconds)
+        return sum(per_wave.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict, "method": self.method, "reason": self.reason,
+            "created_at": self.created_at,
+            "moves": [m.to_json() for m in self.moves],
+            "summary": {"moves": len(self.moves), "waves": self.waves,
+                        "gib_moved": round(self.bytes_moved / GiB, 2),
+                        "est_seconds": round(self.est_seconds, 1)},
+            "before": self.before.to_json(), "after": self.after.to_json(),
+            "skipped": [s.to_json() for s in self.skipped],
+            "conflicts": list(self.conflicts), "notices": list(self.notices),
+            "config": self.config,
+        }

@@ -1,0 +1,337 @@
+"""Keel's planner: a whole set of moves per round, each one worth its cost.
+
+1. **Mandatory phase.** Units that must move (their node is in maintenance, or they
+   break a rule where they are) go, largest first, to the allowed node where they help
+   the balance most, if memory allows.
+2. **Balance phase**, when the imbalance is over the threshold or a node is hot: greedy
+   best improvement.  Every (unit, node) pair is scored at once (numpy): the change of
+   the objective ``F = Σ_r w_r Σ_n (u_nr − ū_r)²`` (utilisation against the level every
+   node would have if the load were spread perfectly), divided by what the move costs
+   (GiB that travel, plus a fixed cost per migration).  The best feasible move is made,
+   and again, until the figure is down to half the threshold, no move helps enough, or
+   the plan's move or byte budget is spent.  When memory is too tight for any single
+   move, swaps between the hottest and coldest nodes are tried.
+3. A plan whose balance moves do not cut F by at least ``margin`` is not worth its
+   migrations and is dropped (mandatory moves stay).
+
+Feasible means: an allowed node for every guest of the unit, room for its memory under
+the node's limit, no anti-affinity partner there, not a node the guest left within a day.
+The result is an unordered list of moves; ``sequence.order`` turns it into waves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from keel import words
+from keel.balance.loads import LoadModel
+from keel.balance.plan import Move, Skip
+from keel.balance.rules import Constraints, Unit
+from keel.balance.settings import BalancingSettings
+
+GiB = 1024**3
+MOVE_OVERHEAD_GIB = 1.0      # a migration costs about as much as moving 1 GiB more
+DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it wears)
+MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of where it started, at least
+MAX_SWAP_ROUNDS = 5
+SWAP_CANDIDATES = 16
+
+
+@dataclass
+class Outcome:
+    moves: list[Move]
+    skipped: list[Skip]
+    balance_from: float          # F after the mandatory phase
+    balance_to: float            # F after the balance phase
+    stuck: bool = False          # imbalanced, but nothing allowed helps
+
+
+def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings) -> Outcome:
+    moves: list[Move] = []
+    skipped: list[Skip] = []
+    placed: dict[str, str] = {u.key: u.node for u in cons.units}
+    anti = _anti_index(cons)
+    _mandatory_phase(model, cons, anti, placed, moves, skipped)
+    start = model.objective()
+    units = [u for u in cons.units if u.balance and u.mandatory is None and u.allowed]
+    stuck = False
+    if _triggered(model, settings) and units:
+        stuck = _balance_phase(model, units, anti, placed, moves, skipped, settings)
+    return Outcome(_collapse(moves), skipped, start, model.objective(), stuck)
+
+
+def _triggered(model: LoadModel, settings: BalancingSettings) -> bool:
+    figures = model.figures()
+    if settings.hotspot is not None and figures.peak > settings.hotspot:
+        return True
+    return _figure(figures, settings) > settings.threshold
+
+
+def _figure(figures, settings: BalancingSettings) -> float:
+    if settings.imbalance == "pve":
+        return figures.pve
+    if settings.imbalance == "spread":
+        weighted = [k for k, w in zip(("cpu", "memory", "disk"), (settings.weights.get("cpu", 0),
+                                                                    settings.weights.get("memory", 0),
+                                                                    settings.weights.get("disk", 0))) if w]
+        return max(figures.spread[k] for k in weighted) / 100.0
+    return figures.keel
+
+
+def _anti_index(cons: Constraints) -> dict[str, set[str]]:
+    """Unit key -> the other units it must not share a node with."""
+    index: dict[str, set[str]] = {}
+    for _, keys in cons.anti_groups:
+        for key in keys:
+            index.setdefault(key, set()).update(keys - {key})
+    return index
+
+
+def _blocked_by_anti(unit: Unit, node: str, anti: dict[str, set[str]], placed: dict[str, str]) -> bool:
+    return any(placed.get(other) == node for other in anti.get(unit.key, ()))
+
+
+def _delta(model: LoadModel, demand: np.ndarray, source: str | None, target: str) -> float:
+    """Change of F if ``demand`` leaves ``source`` (None: comes from nowhere) for ``target``."""
+    before = model.objective()
+    trial = model.copy()
+    if source is not None:
+        trial.load[trial.index[source]] -= demand
+    trial.load[trial.index[target]] += demand
+    return trial.objective() - before
+
+
+def _move_unit(model: LoadModel, unit: Unit, target: str, reason: str, detail: str,
+               placed: dict[str, str], moves: list[Move], gain: float) -> None:
+    for guest in unit.guests:
+        source = _current(guest, moves)
+        if source == target:
+            continue
+        model.move([guest.vmid], source, target)
+        moves.append(Move(
+            vmid=guest.vmid, name=guest.name, type=guest.type, source=source, target=target,
+            reason=reason, detail=detail, mem_bytes=model.footprint[guest.vmid],
+            disk_bytes=model.disk_bytes[guest.vmid], ha_sid=guest.sid if guest.ha else None,
+            group=unit.key if len(unit.guests) > 1 else None, running=guest.running, gain=gain,
+            est_seconds=estimate_seconds(model.footprint[guest.vmid], model.disk_bytes[guest.vmid],
+                                         guest.running)))
+    placed[unit.key] = target
+
+
+def _current(guest, moves: list[Move]) -> str:
+    for move in reversed(moves):
+        if move.vmid == guest.vmid:
+            return move.target
+    return guest.node
+
+
+def estimate_seconds(mem_bytes: int, disk_bytes: int, running: bool) -> float:
+    """Setup, then RAM at ~1 GiB/s and local disk at ~500 MiB/s (PVE's usual 10 GbE)."""
+    if not running:
+        return 2.0 + disk_bytes / (512 * 1024**2)
+    return 3.0 + mem_bytes / GiB + disk_bytes / (512 * 1024**2)
+
+
+def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[str]],
+                     placed: dict[str, str], moves: list[Move], skipped: list[Skip]) -> None:
+    todo = [u for u in cons.units if u.mandatory is not None]
+    todo.sort(key=lambda u: (u.mandatory != words.MAINTENANCE, -model.unit_footprint(u.vmids), u.key))
+    for unit in todo:
+        demand = model.unit_demand(unit.vmids)
+        footprint = model.unit_footprint(unit.vmids)
+        best: tuple[float, str] | None = None
+        for node in sorted(unit.allowed):
+            i = model.index.get(node)
+            if i is None or not model.eligible[i]:
+                continue
+            if node == unit.node and not unit.split:
+                continue
+            staying = sum(model.footprint[g.vmid] for g in unit.guests if _current(g, moves) == node)
+            if model.mem_used[i] + footprint - staying > model.mem_cap[i]:
+                continue
+            if _blocked_by_anti(unit, node, anti, placed):
+                continue
+            source = unit.node if model.eligible[model.index[unit.node]] else None
+            delta = _delta(model, demand, source, node) if unit.node in model.index else 0.0
+            if best is None or (delta, node) < best:
+                best = (delta, node)
+        if best is None:
+            reason = words.NO_ROOM if unit.allowed else words.CONFLICT
+            for guest in unit.guests:
+                skipped.append(Skip(reason, f"must move ({unit.mandatory_detail}) but no allowed node "
+                                            f"has room for it", guest.vmid, guest.name))
+            continue
+        _move_unit(model, unit, best[1], unit.mandatory or words.RULE, unit.mandatory_detail,
+                   placed, moves, -best[0])
+
+
+def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]],
+                   placed: dict[str, str], moves: list[Move], skipped: list[Skip],
+                   settings: BalancingSettings) -> bool:
+    """Greedy best improvement; returns True if imbalanced but nothing could be done."""
+    nodes = model.nodes
+    n = len(nodes)
+    demand = np.array([model.unit_demand(u.vmids) for u in units])           # U x R
+    footprint = np.array([model.unit_footprint(u.vmids) for u in units], dtype=float)
+    disk = np.array([sum(model.disk_bytes[v] for v in u.vmids) for u in units], dtype=float)
+    cost = footprint / GiB + DISK_COST_FACTOR * disk / GiB + MOVE_OVERHEAD_GIB
+    allowed = np.zeros((len(units), n), dtype=bool)
+    for row, unit in enumerate(units):
+        for node in unit.allowed - unit.avoid:
+            if node in model.index:
+                allowed[row, model.index[node]] = True
+    allowed &= model.eligible[None, :]
+    min_gain = max(model.objective() * MIN_RELATIVE_GAIN, 1e-12)
+    budget_moves, budget_bytes = settings.limits.moves, settings.limits.bytes
+    used_moves, used_bytes = 0, 0
+    moved_units: set[str] = set()
+    swaps = 0
+    made_any = False
+    while True:
+        figures = model.figures()
+        if (_figure(figures, settings) <= settings.threshold / 2
+                and (settings.hotspot is None or figures.peak <= settings.hotspot)):
+            break
+        cur = np.array([model.index[placed[u.key]] for u in units])
+        score, gain = _scores(model, demand, cur, allowed, footprint, cost, units, anti, placed)
+        if units:
+            fits = np.array([used_moves + (0 if u.key in moved_units else len(u.guests)) <= budget_moves
+                             and used_bytes + footprint[i] + disk[i] <= budget_bytes
+                             for i, u in enumerate(units)])
+            score[~fits, :] = -np.inf
+        best = np.unravel_index(int(np.argmax(score)), score.shape)
+        if not np.isfinite(score[best]) or gain[best] < min_gain:
+            if swaps < MAX_SWAP_ROUNDS and _swap(model, units, demand, cur, allowed, footprint, anti,
+                                                 placed, moves, min_gain, settings):
+                swaps += 1
+                made_any = True
+                continue
+            break
+        row, col = int(best[0]), int(best[1])
+        unit = units[row]
+        if unit.key not in moved_units:
+            used_moves += len(unit.guests)
+            used_bytes += int(footprint[row] + disk[row])
+            moved_units.add(unit.key)
+        _move_unit(model, unit, nodes[col], words.BALANCE,
+                   f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
+                   placed, moves, float(gain[best]))
+        made_any = True
+    still = _triggered(model, settings)
+    if still and (used_moves >= budget_moves or used_bytes >= budget_bytes):
+        skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget_moves} moves, "
+                                         f"{budget_bytes / GiB:.0f} GiB) is spent"))
+    return still and not made_any
+
+
+def _pct(model: LoadModel, node: str) -> str:
+    u = model.utilisation()[model.index[node]]
+    return f"(cpu {u[0]:.0%}, mem {u[1]:.0%})"
+
+
+def _scores(model: LoadModel, demand: np.ndarray, cur: np.ndarray, allowed: np.ndarray,
+            footprint: np.ndarray, cost: np.ndarray, units: list[Unit], anti: dict[str, set[str]],
+            placed: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """(score, gain) for every (unit, node): gain = −ΔF, score = gain / cost; −inf if not allowed."""
+    w = model.weights
+    u = model.utilisation()
+    dev = u - model.fluid()                                       # N x R
+    ds = demand / model.cap[cur]                                  # U x R
+    dt = demand[:, None, :] / model.cap[None, :, :]               # U x N x R
+    source_counts = model.eligible[cur]
+    d_source = ((ds ** 2 - 2 * ds * dev[cur]) * w).sum(axis=1) * source_counts
+    d_target = ((dt ** 2 + 2 * dt * dev[None, :, :]) * w).sum(axis=2)
+    gain = -(d_source[:, None] + d_target)
+    feasible = allowed.copy()
+    feasible[np.arange(len(units)), cur] = False
+    feasible &= (model.mem_used[None, :] + footprint[:, None]) <= model.mem_cap[None, :]
+    for row, unit in enumerate(units):
+        for other in anti.get(unit.key, ()):
+            node = placed.get(other)
+            if node is not None and node in model.index:
+                feasible[row, model.index[node]] = False
+        if unit.soft_away:
+            for node in unit.soft_away:
+                if node in model.index:
+                    gain[row, model.index[node]] -= abs(gain[row]).max() * 0.5
+    score = np.where(feasible & (gain > 0), gain / cost[:, None], -np.inf)
+    return score, gain
+
+
+def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarray,
+          allowed: np.ndarray, footprint: np.ndarray, anti: dict[str, set[str]],
+          placed: dict[str, str], moves: list[Move], min_gain: float,
+          settings: BalancingSettings) -> bool:
+    """Trade a guest of the hottest node for one of a colder node when no single move fits."""
+    u = model.utilisation()
+    w = model.weights
+    load = (u * w).sum(axis=1) / (w.sum() or 1.0)
+    order = [i for i in np.argsort(load) if model.eligible[i]]
+    if len(order) < 2:
+        return False
+    hot = order[-1]
+    best: tuple[float, int, int] | None = None
+    base = model.objective()
+    on_hot = [i for i in np.argsort(-footprint) if cur[i] == hot][:SWAP_CANDIDATES]
+    for cold in order[:3]:
+        if cold == hot:
+            continue
+        on_cold = [i for i in np.argsort(footprint) if cur[i] == cold][:SWAP_CANDIDATES]
+        for a in on_hot:
+            if not allowed[a, cold]:
+                continue
+            for b in on_cold:
+                if not allowed[b, hot] or footprint[b] >= footprint[a]:
+                    continue
+                if model.mem_used[cold] - footprint[b] + footprint[a] > model.mem_cap[cold]:
+                    continue
+                if model.mem_used[hot] - footprint[a] + footprint[b] > model.mem_cap[hot]:
+                    continue
+                if any(placed.get(o) == model.nodes[cold] for o in anti.get(units[a].key, ())) or \
+                        any(placed.get(o) == model.nodes[hot] for o in anti.get(units[b].key, ())):
+                    continue
+                trial = model.copy()
+                trial.load[hot] += demand[b] - demand[a]
+                trial.load[cold] += demand[a] - demand[b]
+                gain = base - trial.objective()
+                if gain > min_gain and (best is None or gain > best[0]):
+                    best = (gain, a, b)
+    if best is None:
+        return False
+    gain, a, b = best
+    hot_name, cold_name = model.nodes[hot], model.nodes[cold_of(cur, b)]
+    _move_unit(model, units[a], cold_name, words.BALANCE, f"swapped with {units[b].name}",
+               placed, moves, gain / 2)
+    _move_unit(model, units[b], hot_name, words.BALANCE, f"swapped with {units[a].name}",
+               placed, moves, gain / 2)
+    return True
+
+
+def cold_of(cur: np.ndarray, b: int) -> int:
+    return int(cur[b])
+
+
+def _collapse(moves: list[Move]) -> list[Move]:
+    """A → B → C becomes A → C; A → B → A disappears."""
+    first: dict[int, Move] = {}
+    last: dict[int, Move] = {}
+    order: list[int] = []
+    for move in moves:
+        if move.vmid not in first:
+            first[move.vmid] = move
+            order.append(move.vmid)
+        last[move.vmid] = move
+    result = []
+    for vmid in order:
+        start, end = first[vmid], last[vmid]
+        if start.source == end.target:
+            continue
+        if start is end:
+            result.append(start)
+        else:
+            reason = start.reason if start.reason != words.BALANCE else end.reason
+            result.append(replace(end, source=start.source, reason=reason,
+                                  gain=sum(m.gain for m in moves if m.vmid == vmid)))
+    return result

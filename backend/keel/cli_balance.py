@@ -1,0 +1,305 @@
+"""The balancer's commands: ``plan``, ``apply``, ``maintenance``, ``best-node``, ``balance``
+and ``history``.  ``keel.cli`` declares them; each takes the parsed arguments and the
+CLI's ``Env`` and returns an exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from keel import words
+from keel.balance.balancer import best_node, make_plan
+from keel.balance.executor import Executor
+from keel.balance.guard import decide
+from keel.balance.plan import Plan
+from keel.errors import ExitStatus, InvalidError, NotFoundError
+from keel.plan_view import render_plan
+from keel.status_view import Style
+from keel.store import Store, default_path, iter_guest_samples
+from keel.units import format_bytes, parse_size
+
+
+def add_parsers(sub: Any, add_connection: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    add_connection(common)
+    common.add_argument("--store", metavar="FILE", help="Keel's history database "
+                        "(default: $KEEL_STORE, /var/lib/keel/keel.db, or ~/.local/state/keel/keel.db)")
+    common.add_argument("--method", choices=("keel", "bruteforce", "topsis"), help="override the config")
+    common.add_argument("--json", action="store_true", help="print JSON")
+
+    plan = sub.add_parser("plan", parents=[common], help="show what Keel would move, and why (dry run)")
+    plan.add_argument("-v", "--verbose-plan", action="store_true", dest="verbose_plan",
+                      help="list every guest left alone")
+
+    apply = sub.add_parser("apply", parents=[common], help="plan, then migrate (asks first)")
+    apply.add_argument("-y", "--yes", action="store_true", help="do not ask")
+
+    maint = sub.add_parser("maintenance", parents=[common], help="empty a node, or let it take guests again")
+    maint.add_argument("action", choices=("enter", "leave", "list"))
+    maint.add_argument("node", nargs="?")
+    maint.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    maint.add_argument("--no-evacuate", action="store_true", help="only mark the node")
+
+    best = sub.add_parser("best-node", parents=[common], help="the node Keel would pick for a new guest")
+    best.add_argument("--cores", type=float, required=True)
+    best.add_argument("--memory", required=True, help="e.g. 8GiB")
+
+    bal = sub.add_parser("balance", parents=[common], help="balance in rounds (--daemon) or once")
+    bal.add_argument("--daemon", action="store_true", help="keep going, one round per interval")
+    bal.add_argument("--apply", action="store_true",
+                     help="migrate even if balancing.enable is false in the config")
+    bal.add_argument("--rounds", type=int, default=0, help="stop after this many rounds (0: never)")
+
+    hist = sub.add_parser("history", parents=[common], help="moves and decisions Keel made")
+    hist.add_argument("--limit", type=int, default=20)
+
+
+def _setup(args: argparse.Namespace, env: Any) -> tuple[Any, Any, Store]:
+    from keel.cli import connect_with_config
+    client, config = connect_with_config(args, env)
+    settings = config.balancing
+    if getattr(args, "method", None):
+        settings = replace(settings, method=args.method)
+    store = Store(args.store or default_path(env.environ))
+    return client, settings, store
+
+
+def _snapshot(client: Any, settings: Any) -> Any:
+    from keel.pve import snapshot
+    return snapshot.collect(client, psi=settings.mode == "psi")
+
+
+def _plan(client: Any, settings: Any, store: Store, now: float) -> tuple[Any, Plan]:
+    snap = _snapshot(client, settings)
+    samples = store.samples(now - settings.window_s)
+    return snap, make_plan(snap, settings, store.history(now), now, samples or None)
+
+
+def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:
+    if args.json:
+        json.dump(plan.to_json(), env.stdout, indent=2)
+        env.stdout.write("\n")
+    else:
+        env.stdout.write(render_plan(plan, Style(env.color, env.unicode),
+                                     verbose=getattr(args, "verbose_plan", False)))
+
+
+def cmd_plan(args: argparse.Namespace, env: Any) -> int:
+    client, settings, store = _setup(args, env)
+    _, plan = _plan(client, settings, store, time.time())
+    _print_plan(plan, args, env)
+    return ExitStatus.OK
+
+
+def _printer(env: Any, as_json: bool) -> Any:
+    def show(event: dict[str, Any]) -> None:
+        if as_json:
+            env.stdout.write(json.dumps(event) + "\n")
+        elif event["event"] == "start":
+            env.stdout.write(f"  start   {event['vmid']} {event['name']}: {event['source']} -> "
+                             f"{event['target']} ({event['reason']})\n")
+        elif event["event"] in ("done", "failed"):
+            mark = "ok" if event["event"] == "done" else f"FAILED: {event['error']}"
+            env.stdout.write(f"  [{event['completed']}/{event['total']}] {event['vmid']} {event['name']} "
+                             f"on {event['target']}: {mark}\n")
+        elif event["event"] == "wave":
+            env.stdout.write(f"wave {event['wave']}: {event['moves']} moves\n")
+        env.stdout.flush()
+    return show
+
+
+def _confirm(question: str, args: argparse.Namespace, env: Any) -> bool:
+    if getattr(args, "yes", False):
+        return True
+    stdin = env.stdin
+    if stdin is None or not stdin.isatty():
+        raise InvalidError("not asking without a terminal: add --yes to go ahead")
+    env.stdout.write(f"{question} [y/N] ")
+    env.stdout.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _execute(client: Any, settings: Any, store: Store, plan: Plan, env: Any, as_json: bool,
+             who: str) -> int:
+    executor = Executor(client, settings, store, requested_by=who, on_event=_printer(env, as_json))
+    result = executor.run(plan)
+    for item in result.results:
+        if not item.ok:
+            return ExitStatus.TASK_FAILED
+    return ExitStatus.OK if not result.cancelled else ExitStatus.ERROR
+
+
+def _who(env: Any) -> str:
+    import getpass
+    user = env.environ.get("SUDO_USER") or env.environ.get("USER")
+    try:
+        user = user or getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"cli:{user}"
+
+
+def cmd_apply(args: argparse.Namespace, env: Any) -> int:
+    client, settings, store = _setup(args, env)
+    _, plan = _plan(client, settings, store, time.time())
+    if not args.json:
+        _print_plan(plan, args, env)
+    if not plan.moves:
+        if args.json:
+            _print_plan(plan, args, env)
+        return ExitStatus.OK
+    if not _confirm(f"Migrate these {len(plan.moves)} guests?", args, env):
+        env.stdout.write("Nothing done.\n")
+        return ExitStatus.OK
+    return _execute(client, settings, store, plan, env, args.json, _who(env))
+
+
+def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
+    client, settings, store = _setup(args, env)
+    if args.action == "list":
+        nodes = store.maintenance_nodes()
+        if args.json:
+            json.dump(nodes, env.stdout, indent=2)
+            env.stdout.write("\n")
+        else:
+            for node, info in sorted(nodes.items()):
+                env.stdout.write(f"{node}  since {time.strftime('%Y-%m-%d %H:%M', time.localtime(info['since']))}"
+                                 f"  by {info['requested_by']}\n")
+            if not nodes:
+                env.stdout.write("No node is in maintenance through Keel.\n")
+        return ExitStatus.OK
+    if not args.node:
+        raise InvalidError(f"keel maintenance {args.action}: name the node")
+    snap = _snapshot(client, settings)
+    if args.node not in snap.nodes:
+        raise NotFoundError(f"no node {args.node!r} in cluster {snap.cluster_name} "
+                            f"(nodes: {', '.join(snap.nodes)})")
+    if args.action == "leave":
+        was = store.maintenance_leave(args.node)
+        env.stdout.write(f"{args.node} takes guests again." if was else
+                         f"{args.node} was not in maintenance through Keel.")
+        env.stdout.write("\n")
+        return ExitStatus.OK
+    store.maintenance_enter(args.node, _who(env), time.time())
+    env.stdout.write(f"{args.node} is in maintenance: Keel moves nothing onto it.\n")
+    if args.no_evacuate:
+        return ExitStatus.OK
+    for _ in range(10):     # each round re-plans from fresh state until the node is empty
+        now = time.time()
+        snap, plan = _plan(client, settings, store, now)
+        moves = [m for m in plan.moves if m.reason in (words.MAINTENANCE, words.PARK)
+                 and (m.source == args.node or m.reason == words.PARK)]
+        if not moves:
+            left = [g for g in snap.guests_on(args.node) if not g.template]
+            if left:
+                env.stdout.write(f"{len(left)} guests stay on {args.node}: "
+                                 + "; ".join(f"{s.name} ({s.reason}: {s.detail})" for s in plan.skipped
+                                             if s.vmid in {g.vmid for g in left}) + "\n")
+            else:
+                env.stdout.write(f"{args.node} is empty.\n")
+            return ExitStatus.OK
+        evacuation = replace(plan, moves=tuple(moves))
+        if not args.json:
+            env.stdout.write(render_plan(evacuation, Style(env.color, env.unicode)))
+        if not _confirm(f"Move {len(moves)} guests off {args.node}?", args, env):
+            return ExitStatus.OK
+        args.yes = True
+        status = _execute(client, settings, store, evacuation, env, args.json, _who(env))
+        if status != ExitStatus.OK:
+            return status
+    return ExitStatus.OK
+
+
+def cmd_best_node(args: argparse.Namespace, env: Any) -> int:
+    client, settings, store = _setup(args, env)
+    memory = parse_size(args.memory, "--memory")
+    snap = _snapshot(client, settings)
+    ranked = best_node(snap, settings, args.cores, memory, store.history(time.time()))
+    if args.json:
+        json.dump({"best": ranked[0].node if ranked and ranked[0].fits else None,
+                   "nodes": [{"node": p.node, "fits": p.fits, "reason": p.reason,
+                              "imbalance_after": None if p.figure_after == float("inf")
+                              else round(p.figure_after, 4)} for p in ranked]}, env.stdout, indent=2)
+        env.stdout.write("\n")
+    elif ranked and ranked[0].fits:
+        env.stdout.write(f"{ranked[0].node}\n")
+        for place in ranked:
+            env.stdout.write(f"  {place.node:<10} {'fits' if place.fits else 'no  '}  {place.reason}\n")
+    if not ranked or not ranked[0].fits:
+        if not args.json:
+            env.stdout.write(f"No node has room for {args.cores:g} cores and {format_bytes(memory)}.\n")
+        return ExitStatus.NO_CAPACITY
+    return ExitStatus.OK
+
+
+def run_round(client: Any, settings: Any, store: Store, env: Any, apply: bool, as_json: bool,
+              who: str = "keel balance") -> tuple[str, int]:
+    """One continuous-mode round: sample, plan, decide, maybe act, remember."""
+    now = time.time()
+    snap = _snapshot(client, settings)
+    store.add_samples(now, dict(iter_guest_samples(snap)), keep_s=max(settings.window_s * 2, 600))
+    history = store.history(now)
+    plan = make_plan(snap, settings, history, now, store.samples(now - settings.window_s) or None)
+    decision = decide(plan, settings, now, history.hold_rounds)
+    store.put("hold_rounds", decision.hold_rounds)
+    status = ExitStatus.OK
+    acted = 0
+    if decision.act and (apply or decision.mandatory_only):
+        moves = plan.moves if not decision.mandatory_only else tuple(
+            m for m in plan.moves if m.reason != words.BALANCE)
+        if moves:
+            status = _execute(client, settings, store, replace(plan, moves=moves), env, as_json, who)
+            acted = len(moves)
+    store.decision(now, decision.verdict, decision.reason, plan.before.figures.keel, acted)
+    line = {"time": now, "verdict": decision.verdict, "reason": decision.reason,
+            "imbalance": round(plan.before.figures.keel, 4), "planned": len(plan.moves), "moved": acted,
+            "applied": bool(apply)}
+    env.stdout.write((json.dumps(line) if as_json else
+                      f"{time.strftime('%H:%M:%S')} {decision.verdict}: {decision.reason} "
+                      f"(imbalance {line['imbalance']:.2f}, {acted} moved)") + "\n")
+    env.stdout.flush()
+    return decision.verdict, status
+
+
+def cmd_balance(args: argparse.Namespace, env: Any) -> int:
+    client, settings, store = _setup(args, env)
+    apply = args.apply or settings.enable
+    stop = threading.Event()
+    rounds = 0
+    status = ExitStatus.OK
+    while True:
+        _, status = run_round(client, settings, store, env, apply, args.json)
+        rounds += 1
+        if not args.daemon or (args.rounds and rounds >= args.rounds):
+            return status
+        if stop.wait(settings.interval_s):
+            return status
+
+
+def cmd_history(args: argparse.Namespace, env: Any) -> int:
+    store = Store(args.store or default_path(env.environ))
+    moves = store.moves(limit=args.limit)
+    decisions = store.decisions(limit=args.limit)
+    if args.json:
+        json.dump({"moves": moves, "decisions": decisions}, env.stdout, indent=2)
+        env.stdout.write("\n")
+        return ExitStatus.OK
+    env.stdout.write("Moves\n")
+    for m in moves:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["started_at"]))
+        env.stdout.write(f"  {when}  {m['vmid']:>6} {m['name']:<16} {m['source']} -> {m['target']}  "
+                         f"{m['reason']:<11} {m['status']:<7} {m['requested_by']}"
+                         + (f"  {m['error']}" if m["error"] else "") + "\n")
+    env.stdout.write("Decisions\n")
+    for d in decisions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["t"]))
+        env.stdout.write(f"  {when}  {d['verdict']:<16} {d['reason']}\n")
+    return ExitStatus.OK
+
+
+COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "maintenance": cmd_maintenance,
+            "best-node": cmd_best_node, "balance": cmd_balance, "history": cmd_history}

@@ -1,0 +1,185 @@
+"""Keel's memory between rounds and restarts: SQLite (``/var/lib/keel/keel.db`` by default).
+
+Tables: ``moves`` (every migration Keel started, with who asked and how it ended),
+``decisions`` (each round's verdict), ``samples`` (load samples for smoothing, pruned to
+the window), ``blocked`` (guests PVE refused to move, until when), ``maintenance``
+(nodes put in maintenance through Keel) and ``state`` (small values such as the hold
+counter).  Writes are committed at once; old rows are pruned.  The database is opened
+per use with a timeout, so the CLI and the engine can share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from keel.balance.history import Blocked, History, MoveRecord
+from keel.errors import InvalidError
+
+DEFAULT_PATH = Path("/var/lib/keel/keel.db")
+KEEP_MOVES_S = 90 * 86400
+KEEP_DECISIONS_S = 14 * 86400
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS moves (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, plan_id TEXT, vmid INTEGER, name TEXT, type TEXT,
+    source TEXT, target TEXT, reason TEXT, detail TEXT, requested_by TEXT,
+    started_at REAL, ended_at REAL, status TEXT, upid TEXT, error TEXT);
+CREATE INDEX IF NOT EXISTS moves_vmid ON moves (vmid, ended_at);
+CREATE TABLE IF NOT EXISTS decisions (t REAL, verdict TEXT, reason TEXT, figure REAL, moves INTEGER);
+CREATE TABLE IF NOT EXISTS samples (t REAL, key TEXT, cpu REAL, mem REAL);
+CREATE INDEX IF NOT EXISTS samples_key ON samples (key, t);
+CREATE TABLE IF NOT EXISTS blocked (vmid INTEGER PRIMARY KEY, until REAL, reason TEXT);
+CREATE TABLE IF NOT EXISTS maintenance (node TEXT PRIMARY KEY, since REAL, requested_by TEXT);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+def default_path(environ: dict[str, str] | None = None) -> Path:
+    """$KEEL_STORE, else /var/lib/keel/keel.db if writable, else the user's state dir."""
+    env = os.environ if environ is None else environ
+    if env.get("KEEL_STORE"):
+        return Path(env["KEEL_STORE"])
+    if os.access(DEFAULT_PATH.parent, os.W_OK):
+        return DEFAULT_PATH
+    base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "keel" / "keel.db"
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        except (OSError, sqlite3.Error) as err:
+            raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _run(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
+        with self._lock:
+            db = self._connect()
+            try:
+                return db.execute(sql, tuple(args)).fetchall()
+            finally:
+                db.close()
+
+    # -- moves --------------------------------------------------------------------------
+
+    def move_started(self, plan_id: str, move: Any, requested_by: str, upid: str | None,
+                     at: float) -> int:
+        rows = self._run(
+            "INSERT INTO moves (plan_id, vmid, name, type, source, target, reason, detail, "
+            "requested_by, started_at, status, upid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
+            (plan_id, move.vmid, move.name, move.type, move.source, move.target, move.reason,
+             move.detail, requested_by, at, "running", upid))
+        return int(rows[0][0])
+
+    def move_ended(self, move_id: int, ok: bool, at: float, error: str | None = None,
+                   upid: str | None = None) -> None:
+        self._run("UPDATE moves SET ended_at=?, status=?, error=?, upid=COALESCE(?, upid) WHERE id=?",
+                  (at, "ok" if ok else "failed", error, upid, move_id))
+
+    def moves(self, limit: int = 100, since: float = 0.0) -> list[dict[str, Any]]:
+        rows = self._run("SELECT id, plan_id, vmid, name, type, source, target, reason, detail, "
+                         "requested_by, started_at, ended_at, status, upid, error FROM moves "
+                         "WHERE started_at >= ? ORDER BY id DESC LIMIT ?", (since, limit))
+        keys = ("id", "plan_id", "vmid", "name", "type", "source", "target", "reason", "detail",
+                "requested_by", "started_at", "ended_at", "status", "upid", "error")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def running_moves(self) -> list[dict[str, Any]]:
+        return [m for m in self.moves(limit=1000) if m["status"] == "running"]
+
+    # -- what the planner needs ----------------------------------------------------------
+
+    def history(self, now: float) -> History:
+        moves = tuple(MoveRecord(vmid, source, target, ended, status == "ok") for vmid, source, target, ended, status
+                      in self._run("SELECT vmid, source, target, ended_at, status FROM moves "
+                                   "WHERE ended_at IS NOT NULL AND ended_at > ?", (now - KEEP_MOVES_S,)))
+        blocked = {vmid: Blocked(until, reason) for vmid, until, reason
+                   in self._run("SELECT vmid, until, reason FROM blocked WHERE until > ?", (now,))}
+        maintenance = frozenset(row[0] for row in self._run("SELECT node FROM maintenance"))
+        return History(moves, blocked, maintenance, int(self.get("hold_rounds", 0)))
+
+    def block(self, vmid: int, until: float, reason: str) -> None:
+        self._run("INSERT OR REPLACE INTO blocked VALUES (?,?,?)", (vmid, until, reason))
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def maintenance_enter(self, node: str, requested_by: str, at: float) -> None:
+        self._run("INSERT OR REPLACE INTO maintenance VALUES (?,?,?)", (node, at, requested_by))
+
+    def maintenance_leave(self, node: str) -> bool:
+        present = bool(self._run("SELECT 1 FROM maintenance WHERE node=?", (node,)))
+        self._run("DELETE FROM maintenance WHERE node=?", (node,))
+        return present
+
+    def maintenance_nodes(self) -> dict[str, dict[str, Any]]:
+        return {node: {"since": since, "requested_by": by}
+                for node, since, by in self._run("SELECT node, since, requested_by FROM maintenance")}
+
+    # -- rounds ----------------------------------------------------------------------------
+
+    def decision(self, at: float, verdict: str, reason: str, figure: float, moves: int) -> None:
+        self._run("INSERT INTO decisions VALUES (?,?,?,?,?)", (at, verdict, reason, figure, moves))
+        self._run("DELETE FROM decisions WHERE t < ?", (at - KEEP_DECISIONS_S,))
+
+    def decisions(self, limit: int = 50) -> list[dict[str, Any]]:
+        rows = self._run("SELECT t, verdict, reason, figure, moves FROM decisions ORDER BY t DESC LIMIT ?",
+                         (limit,))
+        return [dict(zip(("t", "verdict", "reason", "figure", "moves"), row)) for row in rows]
+
+    def add_samples(self, at: float, samples: dict[str, tuple[float, float]], keep_s: float) -> None:
+        with self._lock:
+            db = self._connect()
+            try:
+                db.execute("BEGIN")
+                db.executemany("INSERT INTO samples VALUES (?,?,?,?)",
+                               [(at, key, cpu, mem) for key, (cpu, mem) in samples.items()])
+                db.execute("DELETE FROM samples WHERE t < ?", (at - keep_s,))
+                db.execute("COMMIT")
+            finally:
+                db.close()
+
+    def samples(self, since: float) -> dict[str, list[tuple[float, float]]]:
+        result: dict[str, list[tuple[float, float]]] = {}
+        for key, cpu, mem in self._run("SELECT key, cpu, mem FROM samples WHERE t >= ? ORDER BY t",
+                                       (since,)):
+            result.setdefault(key, []).append((cpu, mem))
+        return result
+
+    def get(self, key: str, default: Any = None) -> Any:
+        rows = self._run("SELECT value FROM state WHERE key=?", (key,))
+        return json.loads(rows[0][0]) if rows else default
+
+    def put(self, key: str, value: Any) -> None:
+        self._run("INSERT OR REPLACE INTO state VALUES (?,?)", (key, json.dumps(value)))
+
+
+def iter_guest_samples(snapshot: Any) -> Iterator[tuple[str, tuple[float, float]]]:
+    """The load sample of every running guest and online node, for ``add_samples``."""
+    for guest in snapshot.guests.values():
+        if guest.running:
+            yield f"guest/{guest.vmid}", (guest.cpu_frac * guest.maxcpu, float(guest.mem))
+    for node in snapshot.nodes.values():
+        if node.online:
+            yield f"node/{node.name}", (node.cpu_cores, float(node.mem))
+
+
+def now() -> float:
+    return time.time()

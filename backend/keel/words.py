@@ -1,0 +1,49 @@
+"""Every status word Keel shows, in one place: the CLI, the API and the UI use these.
+
+Words are UPPER CASE for states and verdicts, lower case for reasons a move is made or
+a guest is left alone.
+"""
+
+from __future__ import annotations
+
+# What the balancer concluded this round.
+BALANCED = "BALANCED"               # below the threshold and no hot node: nothing to do
+HOLDING = "HOLDING"                 # above the threshold, waiting out the hold rounds
+PLANNED = "PLANNED"                 # a plan is ready (dry run shows it, apply runs it)
+NOT_WORTH_IT = "NOT WORTH IT"       # the best plan does not improve enough (margin)
+OUTSIDE_SCHEDULE = "OUTSIDE SCHEDULE"   # balancing is not allowed at this hour
+NO_QUORUM = "NO QUORUM"             # the cluster cannot take writes: do nothing
+STUCK = "STUCK"                     # imbalanced, but no allowed move helps (see skipped)
+MIGRATING = "MIGRATING"             # a plan is being executed
+PAUSED = "PAUSED"                   # balancing is switched off (dry run only)
+STANDBY = "STANDBY"                 # not the leader: another node acts
+
+VERDICTS = (BALANCED, HOLDING, PLANNED, NOT_WORTH_IT, OUTSIDE_SCHEDULE, NO_QUORUM, STUCK,
+            MIGRATING, PAUSED, STANDBY)
+
+# Why a move is in a plan.
+MAINTENANCE = "maintenance"         # its node is being emptied
+RULE = "rule"                       # it breaks a rule where it is (pin, affinity, HA rule)
+BALANCE = "balance"                 # it evens out the load
+PARK = "park"                       # a temporary stop on a third node to break a swap cycle
+
+# Why a guest stays where it is (``skipped``).
+IGNORED = "ignored"                 # by config, tag or pool
+PINNED_HERE = "pinned"              # allowed only where it is
+TEMPLATE = "template"
+RUNNER = "runner"                   # a Keel runner VM
+STOPPED = "stopped"                 # stopped guests carry no load (moved only for maintenance)
+LOCKED = "locked"                   # a PVE lock (backup, migrate, ...)
+LOCAL_DISKS = "local disks"         # and with_local_disks is off
+LOCAL_DEVICES = "local devices"     # PCI/USB passthrough and the like
+CONTAINER = "container"             # containers restart to move; not enabled
+NOT_HA = "not HA"                   # scope is HA guests only
+HA_STATE = "HA state"               # HA resource not in state started (or ignored)
+PVE_BALANCES = "PVE balances it"    # Proxmox's own auto-rebalance handles HA guests
+COOLDOWN = "cooldown"               # moved recently
+BLOCKED = "blocked"                 # PVE refused to migrate it recently
+NO_ROOM = "no room"                 # no allowed node can take it
+NODE_DOWN = "node down"
+CONFLICT = "conflict"               # rules contradict each other
+LIMIT = "limit"                     # the plan's move or byte budget is spent
+NO_SAFE_ORDER = "no safe order"     # the moves cannot be ordered without overcommitting

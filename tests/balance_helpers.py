@@ -1,0 +1,69 @@
+"""Hand-made clusters for the planner's tests: ``cluster(nodes, guests)`` → Snapshot."""
+
+from __future__ import annotations
+
+from keel.model import (CrsOptions, Guest, HaResource, HaRule, LocalDisk, Node, Snapshot, Storage,
+                        StorageUsage)
+
+GiB = 1024**3
+
+
+def node(name, cpus=32, mem_gib=128, online=True, ha_state=None, cpu=None, mem_used_gib=None):
+    return dict(name=name, cpus=cpus, mem_gib=mem_gib, online=online, ha_state=ha_state,
+                cpu=cpu, mem_used_gib=mem_used_gib)
+
+
+def vm(vmid, node, cores=4, mem_gib=8, cpu=0.5, used_gib=None, kind="qemu", status="running",
+       tags=(), pool=None, ha=None, lock=None, template=False, local_gib=0, name=None):
+    return dict(vmid=vmid, node=node, cores=cores, mem_gib=mem_gib, cpu=cpu,
+                used_gib=mem_gib * 0.75 if used_gib is None else used_gib, kind=kind, status=status,
+                tags=tuple(tags), pool=pool, ha=ha, lock=lock, template=template, local_gib=local_gib,
+                name=name or f"g{vmid}")
+
+
+def cluster(nodes, guests, rules=(), crs=None, overhead_gib=2.0, pve_version="9.1.4", quorate=True,
+            taken_at=1_800_000_000.0):
+    made_guests = {}
+    for g in guests:
+        ha = None
+        if g["ha"]:
+            state = g["ha"] if isinstance(g["ha"], str) else "started"
+            ha = HaResource(f"{'vm' if g['kind'] == 'qemu' else 'ct'}:{g['vmid']}", state, "started")
+        local = ()
+        if g["local_gib"]:
+            local = (LocalDisk(f"local-lvm:vm-{g['vmid']}-disk-0", "local-lvm", int(g["local_gib"] * GiB)),)
+        running = g["status"] == "running"
+        made_guests[g["vmid"]] = Guest(
+            vmid=g["vmid"], type=g["kind"], name=g["name"], node=g["node"], status=g["status"],
+            maxcpu=g["cores"], cpu_frac=g["cpu"] if running else 0.0, maxmem=int(g["mem_gib"] * GiB),
+            mem=int(g["used_gib"] * GiB) if running else 0, maxdisk=32 * GiB, uptime_s=3600,
+            template=g["template"], tags=g["tags"], pool=g["pool"], lock=g["lock"], ha=ha,
+            local_disks=local)
+    made_nodes = {}
+    usage = []
+    for n in nodes:
+        on = [x for x in made_guests.values() if x.node == n["name"] and x.running]
+        cores = sum(x.cpu_cores for x in on) + 0.5
+        mem = sum(x.mem for x in on) + overhead_gib * GiB
+        cpu_frac = n["cpu"] if n["cpu"] is not None else min(1.0, cores / n["cpus"])
+        if n["mem_used_gib"] is not None:
+            mem = n["mem_used_gib"] * GiB
+        made_nodes[n["name"]] = Node(n["name"], n["online"], n["cpus"], cpu_frac, int(n["mem_gib"] * GiB),
+                                     int(min(mem, n["mem_gib"] * GiB)) if n["online"] else 0,
+                                     100 * GiB, 10 * GiB, 86400, n["ha_state"])
+        local_used = sum(x.local_disk_bytes for x in made_guests.values() if x.node == n["name"])
+        usage.append(StorageUsage(n["name"], "local-lvm", local_used, 2048 * GiB, False))
+        usage.append(StorageUsage(n["name"], "ceph", 0, 100 * 1024 * GiB, True))
+    storages = {"local-lvm": Storage("local-lvm", "lvmthin", frozenset({"images", "rootdir"}), False),
+                "ceph": Storage("ceph", "rbd", frozenset({"images", "rootdir"}), True)}
+    return Snapshot(taken_at=taken_at, cluster_name="test", pve_version=pve_version, quorate=quorate,
+                    nodes=made_nodes, guests=dict(sorted(made_guests.items())), storages=storages,
+                    ha_rules=tuple(rules), crs=crs or CrsOptions(), storage_usage=tuple(usage))
+
+
+def rule_node_affinity(name, sids, nodes, strict=False):
+    return HaRule(name, "node-affinity", tuple(sids), nodes=dict(nodes), strict=strict)
+
+
+def rule_resource_affinity(name, sids, affinity):
+    return HaRule(name, "resource-affinity", tuple(sids), affinity=affinity)
