@@ -14,12 +14,11 @@ from typing import Any
 from keel import words
 from keel.balance.balancer import best_node, make_plan
 from keel.balance.executor import Executor
-from keel.balance.guard import decide
 from keel.balance.plan import Plan
 from keel.errors import ExitStatus, InvalidError, NotFoundError
 from keel.plan_view import render_plan
 from keel.status_view import Style
-from keel.store import Store, default_path, iter_guest_samples
+from keel.store import Store, default_path
 from keel.units import format_bytes, parse_size
 
 
@@ -188,21 +187,23 @@ def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
     env.stdout.write(f"{args.node} is in maintenance: Keel moves nothing onto it.\n")
     if args.no_evacuate:
         return ExitStatus.OK
+    evacuate = replace(settings, limits=replace(settings.limits, moves=0))   # no balancing now
     for _ in range(10):     # each round re-plans from fresh state until the node is empty
         now = time.time()
-        snap, plan = _plan(client, settings, store, now)
+        snap, plan = _plan(client, evacuate, store, now)
         moves = [m for m in plan.moves if m.reason in (words.MAINTENANCE, words.PARK)
                  and (m.source == args.node or m.reason == words.PARK)]
         if not moves:
             left = [g for g in snap.guests_on(args.node) if not g.template]
             if left:
-                env.stdout.write(f"{len(left)} guests stay on {args.node}: "
+                env.stdout.write(f"{len(left)} {'guest stays' if len(left) == 1 else 'guests stay'} "
+                                 f"on {args.node}: "
                                  + "; ".join(f"{s.name} ({s.reason}: {s.detail})" for s in plan.skipped
                                              if s.vmid in {g.vmid for g in left}) + "\n")
             else:
                 env.stdout.write(f"{args.node} is empty.\n")
             return ExitStatus.OK
-        evacuation = replace(plan, moves=tuple(moves))
+        evacuation = replace(plan, moves=tuple(moves), reason=f"{len(moves)} guests leave {args.node}")
         if not args.json:
             env.stdout.write(render_plan(evacuation, Style(env.color, env.unicode)))
         if not _confirm(f"Move {len(moves)} guests off {args.node}?", args, env):
@@ -236,48 +237,28 @@ def cmd_best_node(args: argparse.Namespace, env: Any) -> int:
     return ExitStatus.OK
 
 
-def run_round(client: Any, settings: Any, store: Store, env: Any, apply: bool, as_json: bool,
-              who: str = "keel balance") -> tuple[str, int]:
-    """One continuous-mode round: sample, plan, decide, maybe act, remember."""
-    now = time.time()
-    snap = _snapshot(client, settings)
-    store.add_samples(now, dict(iter_guest_samples(snap)), keep_s=max(settings.window_s * 2, 600))
-    history = store.history(now)
-    plan = make_plan(snap, settings, history, now, store.samples(now - settings.window_s) or None)
-    decision = decide(plan, settings, now, history.hold_rounds)
-    store.put("hold_rounds", decision.hold_rounds)
-    status = ExitStatus.OK
-    acted = 0
-    if decision.act and (apply or decision.mandatory_only):
-        moves = plan.moves if not decision.mandatory_only else tuple(
-            m for m in plan.moves if m.reason != words.BALANCE)
-        if moves:
-            status = _execute(client, settings, store, replace(plan, moves=moves), env, as_json, who)
-            acted = len(moves)
-    store.decision(now, decision.verdict, decision.reason, plan.before.figures.keel, acted)
-    line = {"time": now, "verdict": decision.verdict, "reason": decision.reason,
-            "imbalance": round(plan.before.figures.keel, 4), "planned": len(plan.moves), "moved": acted,
-            "applied": bool(apply)}
-    env.stdout.write((json.dumps(line) if as_json else
-                      f"{time.strftime('%H:%M:%S')} {decision.verdict}: {decision.reason} "
-                      f"(imbalance {line['imbalance']:.2f}, {acted} moved)") + "\n")
-    env.stdout.flush()
-    return decision.verdict, status
-
-
 def cmd_balance(args: argparse.Namespace, env: Any) -> int:
+    from keel.balance.rounds import Rounds
     client, settings, store = _setup(args, env)
     apply = args.apply or settings.enable
+    rounds = Rounds(client, settings, store, requested_by=f"keel balance ({_who(env)})",
+                    on_event=_printer(env, args.json))
     stop = threading.Event()
-    rounds = 0
-    status = ExitStatus.OK
+    count = 0
     while True:
-        _, status = run_round(client, settings, store, env, apply, args.json)
-        rounds += 1
-        if not args.daemon or (args.rounds and rounds >= args.rounds):
-            return status
+        result = rounds.round(apply)
+        line = result.line()
+        env.stdout.write((json.dumps(line) if args.json else
+                          f"{time.strftime('%H:%M:%S')} {line['verdict']}: {line['reason']} "
+                          f"(imbalance {line['imbalance']:.2f}, {line['moved']} moved"
+                          f"{'' if apply else ', dry run'})") + "\n")
+        env.stdout.flush()
+        failed = result.execution is not None and not result.execution.ok
+        count += 1
+        if not args.daemon or (args.rounds and count >= args.rounds):
+            return ExitStatus.TASK_FAILED if failed else ExitStatus.OK
         if stop.wait(settings.interval_s):
-            return status
+            return ExitStatus.OK
 
 
 def cmd_history(args: argparse.Namespace, env: Any) -> int:

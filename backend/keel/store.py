@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from keel.balance.history import Blocked, History, MoveRecord
 from keel.errors import InvalidError
@@ -169,16 +169,6 @@ class Store:
 
     def put(self, key: str, value: Any) -> None:
         self._run("INSERT OR REPLACE INTO state VALUES (?,?)", (key, json.dumps(value)))
-
-
-def iter_guest_samples(snapshot: Any) -> Iterator[tuple[str, tuple[float, float]]]:
-    """The load sample of every running guest and online node, for ``add_samples``."""
-    for guest in snapshot.guests.values():
-        if guest.running:
-            yield f"guest/{guest.vmid}", (guest.cpu_frac * guest.maxcpu, float(guest.mem))
-    for node in snapshot.nodes.values():
-        if node.online:
-            yield f"node/{node.name}", (node.cpu_cores, float(node.mem))
 
 
 def now() -> float:

@@ -294,3 +294,25 @@ def test_a_conflict_is_reported_not_fought():
 def test_planning_is_deterministic():
     snap = hot_cluster()
     assert plan(snap).to_json() == plan(snap).to_json()
+
+
+@pytest.mark.parametrize("method", ["bruteforce", "topsis"])
+def test_pve_methods_make_one_move_per_round(method):
+    p = plan(hot_cluster(), method=method, threshold=0.3)
+    assert p.method == method and p.verdict == words.PLANNED
+    assert len(p.moves) == 1 and p.moves[0].source == "a"
+    assert method in p.moves[0].detail and "imbalance" in p.moves[0].detail
+    assert p.after.figures.pve < p.before.figures.pve
+
+
+@pytest.mark.parametrize("method", ["bruteforce", "topsis"])
+def test_pve_methods_respect_threshold_and_margin(method):
+    assert plan(hot_cluster(), method=method, threshold=0.95).verdict == words.BALANCED
+    p = plan(hot_cluster(), method=method, threshold=0.3, margin=0.9)
+    assert p.verdict == words.NOT_WORTH_IT and "margin" in p.reason
+
+
+def test_pve_methods_still_empty_maintenance_nodes():
+    snap = cluster([node("a"), node("b"), node("c")], [vm(100, "a"), vm(101, "a"), vm(102, "b")])
+    p = plan(snap, method="bruteforce", maintenance=frozenset({"a"}))
+    assert {m.vmid for m in p.moves} == {100, 101} and all(m.reason == words.MAINTENANCE for m in p.moves)

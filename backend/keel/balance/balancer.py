@@ -50,7 +50,12 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
     moves, skipped = outcome.moves, list(cons.skipped) + outcome.skipped
     balance = [m for m in moves if m.reason == words.BALANCE]
     verdict, reason = words.PLANNED, ""
-    if balance and outcome.balance_from > 0:
+    if outcome.not_worth_it:
+        verdict = words.NOT_WORTH_IT
+        reason = next((s.detail for s in outcome.skipped if s.reason == words.LIMIT), "not worth it")
+    elif balance and outcome.margin_checked:
+        reason = balance[0].detail
+    elif balance and outcome.balance_from > 0:
         gain = (outcome.balance_from - outcome.balance_to) / outcome.balance_from
         if gain < settings.margin:
             moves = [m for m in moves if m.reason != words.BALANCE]

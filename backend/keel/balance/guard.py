@@ -25,7 +25,7 @@ class Decision:
 
 
 def decide(plan: Plan, settings: BalancingSettings, now: float, hold_rounds: int) -> Decision:
-    mandatory = [m for m in plan.moves if m.reason in (words.MAINTENANCE, words.RULE, words.PARK)]
+    mandatory = plan.mandatory_moves()
     if plan.verdict not in (words.PLANNED, words.STUCK, words.NOT_WORTH_IT, words.BALANCED):
         return Decision(False, plan.verdict, plan.reason, 0)
     if plan.verdict != words.PLANNED:

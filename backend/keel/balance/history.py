@@ -41,6 +41,11 @@ class History:
         last = self.last_move(vmid)
         return last is not None and now - last.at < cooldown_s
 
+    def failed_recently(self, vmid: int, now: float, cooldown_s: float) -> bool:
+        """Its last migration failed within the cooldown: not even a mandatory move retries yet."""
+        last = self.last_move(vmid)
+        return last is not None and not last.ok and now - last.at < cooldown_s
+
     def left_recently(self, vmid: int, now: float) -> set[str]:
         """Nodes this guest left successfully within the ping-pong window."""
         return {m.source for m in self.moves if m.vmid == vmid and m.ok and now - m.at < PING_PONG_S}

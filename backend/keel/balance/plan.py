@@ -107,6 +107,12 @@ class Plan:
     config: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
 
+    def mandatory_moves(self) -> tuple[Move, ...]:
+        """The moves that do not wait for hold or schedule (maintenance, broken rules), with
+        any parking they need."""
+        must = {m.vmid for m in self.moves if m.reason in ("maintenance", "rule")}
+        return tuple(m for m in self.moves if m.vmid in must)
+
     @property
     def bytes_moved(self) -> int:
         return sum(m.mem_bytes + m.disk_bytes for m in self.moves)

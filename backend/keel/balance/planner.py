@@ -46,6 +46,8 @@ class Outcome:
     balance_from: float          # F after the mandatory phase
     balance_to: float            # F after the balance phase
     stuck: bool = False          # imbalanced, but nothing allowed helps
+    margin_checked: bool = False  # the method applied its own margin (PVE's, per move)
+    not_worth_it: bool = False   # ... and refused its best move
 
 
 def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings) -> Outcome:

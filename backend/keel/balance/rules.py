@@ -183,6 +183,8 @@ def _why_fixed(guest: Guest, snapshot: Snapshot, settings: BalancingSettings, hi
     blocked = history.blocked_reason(guest.vmid, now)
     if blocked:
         return words.BLOCKED, blocked
+    if history.failed_recently(guest.vmid, now, settings.cooldown_s):
+        return words.COOLDOWN, "its last migration failed; waiting out the cooldown"
     if not guest.running and not on_maintenance:
         return words.STOPPED, "stopped"
     return None

@@ -1,0 +1,231 @@
+"""The balancer against a real simulator: plans, migrations (HA and not), failures,
+maintenance, and a day of noisy load in continuous mode without flapping."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import pytest
+
+from conftest import DEMO_TOKEN
+from keel import words
+from keel.balance.balancer import make_plan
+from keel.balance.executor import Executor
+from keel.balance.rounds import Rounds
+from keel.balance.settings import BalancingSettings, Limits
+from keel.cli import Env, main
+from keel.errors import ExitStatus
+from keel.pve import snapshot
+from keel.store import Store
+
+
+def sim_clock(sim):
+    return lambda: sim.control("GET", "state")["time"]
+
+
+def run(argv, sim, tmp_path, stdin=None):
+    out, err = io.StringIO(), io.StringIO()
+    env = {"KEEL_PVE_URL": sim.url, "KEEL_PVE_TOKEN": DEMO_TOKEN, "KEEL_PVE_CA_FILE": sim.cert,
+           "KEEL_STORE": str(tmp_path / "keel.db"), "USER": "tester"}
+    status = main(argv, Env(stdout=out, stderr=err, stdin=stdin, environ=env))
+    return status, out.getvalue(), err.getvalue()
+
+
+def where(sim):
+    return {g.vmid: g.node for g in snapshot.collect(sim.client()).guests.values()}
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+def test_plan_shows_moves_and_reasons(shared_sim, tmp_path):
+    status, out, err = run(["plan"], shared_sim, tmp_path)
+    assert status == 0, err
+    assert out.startswith("PLANNED: ")
+    assert "WAVE" in out and "pve1" in out and "Imbalance" in out
+    status, out, _ = run(["plan", "--json"], shared_sim, tmp_path)
+    data = json.loads(out)
+    assert data["verdict"] == "PLANNED" and data["moves"]
+    assert all(set(m) >= {"vmid", "name", "type", "from", "to", "reason", "mem_bytes", "wave"} for m in data["moves"])
+    assert {s["reason"] for s in data["skipped"]} >= {"container", "local disks", "ignored"}
+    # the demo's rules hold in the plan
+    final = {m["vmid"]: m["to"] for m in data["moves"]}
+    assert final.get(116, "pve2") == "pve2"            # plb_pin_pve2
+    assert 113 not in final                           # plb_ignore_vm
+    assert final.get(107, "pve1") != final.get(108, "pve1")   # plb_anti_affinity_search
+
+
+def test_apply_asks_and_refuses_without_a_terminal(shared_sim, tmp_path):
+    status, out, err = run(["apply"], shared_sim, tmp_path, stdin=io.StringIO(""))
+    assert status == ExitStatus.INVALID and "--yes" in err
+
+
+def test_apply_migrates_the_plan(sim_factory, tmp_path):
+    sim = sim_factory(clock_factor=40)
+    status, out, err = run(["apply", "--yes"], sim, tmp_path)
+    assert status == 0, out + err
+    planned = {int(line.split()[1]): line.split()[5] for line in out.splitlines() if line.strip().startswith("start ")}
+    assert planned
+    now = where(sim)
+    assert all(now[vmid] == target for vmid, target in planned.items())
+    status, out, _ = run(["plan", "--json"], sim, tmp_path)
+    after = json.loads(out)
+    assert after["before"]["imbalance"]["keel"] < 0.1
+    status, out, _ = run(["history", "--json"], sim, tmp_path)
+    moves = json.loads(out)["moves"]
+    assert {m["vmid"] for m in moves} == set(planned)
+    assert all(m["status"] == "ok" and m["requested_by"] == "cli:tester" for m in moves)
+
+
+def test_maintenance_empties_a_node_and_leave_lets_it_take_guests(sim_factory, tmp_path):
+    sim = sim_factory(clock_factor=40)
+    status, out, err = run(["maintenance", "enter", "pve4", "--yes"], sim, tmp_path)
+    assert status == 0, out + err
+    assert "guests leave pve4" in out
+    assert "1 guest stays on pve4: wiki (container" in out      # containers are not enabled
+    assert [v for v, n in where(sim).items() if n == "pve4"] == [124]
+    status, out, _ = run(["maintenance", "list"], sim, tmp_path)
+    assert out.startswith("pve4")
+    status, out, _ = run(["plan", "--json"], sim, tmp_path)
+    assert all(m["to"] != "pve4" for m in json.loads(out)["moves"])
+    status, out, _ = run(["maintenance", "leave", "pve4"], sim, tmp_path)
+    assert "takes guests again" in out
+    status, out, _ = run(["maintenance", "enter", "nosuch"], sim, tmp_path)
+    assert status == ExitStatus.NOT_FOUND
+
+
+def test_best_node(shared_sim, tmp_path):
+    status, out, _ = run(["best-node", "--cores", "2", "--memory", "4GiB"], shared_sim, tmp_path)
+    assert status == 0 and out.split()[0] in ("pve3", "pve4", "pve5")
+    status, out, _ = run(["best-node", "--cores", "2", "--memory", "4GiB", "--json"], shared_sim, tmp_path)
+    data = json.loads(out)
+    assert data["best"] == data["nodes"][0]["node"] and len(data["nodes"]) == 5
+    status, out, _ = run(["best-node", "--cores", "2", "--memory", "900GiB"], shared_sim, tmp_path)
+    assert status == ExitStatus.NO_CAPACITY and "No node has room" in out
+
+
+def test_balance_once_is_a_dry_run_unless_enabled(shared_sim, tmp_path):
+    status, out, _ = run(["balance", "--json"], shared_sim, tmp_path)
+    assert status == 0
+    line = json.loads(out.strip().splitlines()[-1])
+    assert line["verdict"] == words.HOLDING and line["moved"] == 0     # hold: 1 of 3 rounds
+
+
+# -- the executor, in simulated time -------------------------------------------------------
+
+
+def test_ha_and_plain_guests_are_moved_and_recorded(sim, tmp_path):
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings()
+    plan = make_plan(snapshot.collect(client), settings)
+    assert any(m.ha_sid for m in plan.moves) and any(not m.ha_sid for m in plan.moves)
+    events = []
+    result = Executor(client, settings, store, "test", events.append, clock=sim_clock(sim),
+                      sleep=sim.advance, poll_s=2).run(plan)
+    assert result.ok, [r.error for r in result.results if not r.ok]
+    now = where(sim)
+    assert all(now[m.vmid] == m.target for m in plan.moves)
+    assert [e["event"] for e in events][0] == "plan" and events[-1]["event"] == "finished"
+    assert len(store.moves()) == len(plan.moves)
+    manager = client.get("/cluster/ha/status/manager_status")["manager_status"]["service_status"]
+    for move in plan.moves:
+        if move.ha_sid:
+            assert manager[move.ha_sid]["state"] == "started" and manager[move.ha_sid]["node"] == move.target
+
+
+def test_a_failed_migration_leaves_the_guest_and_blocks_it(sim, tmp_path):
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(limits=Limits(moves=1))
+    plan = make_plan(snapshot.collect(client), settings)
+    victim = plan.moves[0]
+    sim.control("POST", "faults", {"migrations": [{"vmid": victim.vmid, "message": "link down"}]})
+    result = Executor(client, settings, store, "test", clock=sim_clock(sim), sleep=sim.advance).run(plan)
+    assert not result.ok and "link down" in result.results[0].error
+    assert where(sim)[victim.vmid] == victim.source
+    history = store.history(sim_clock(sim)())
+    again = make_plan(snapshot.collect(client), settings, history, sim_clock(sim)())
+    assert victim.vmid not in {m.vmid for m in again.moves}
+    assert any(s.vmid == victim.vmid and s.reason in (words.COOLDOWN, words.BLOCKED) for s in again.skipped)
+
+
+def test_pve_refusing_a_move_is_caught_before_migrating(sim_factory, tmp_path):
+    scenario = {
+        "nodes": [{"name": "a", "cpus": 16, "memory": "64GiB"}, {"name": "b", "cpus": 16, "memory": "64GiB"}],
+        "storages": [{"storage": "ceph", "type": "rbd", "shared": True}],
+        "users": [{"userid": "root@pam", "password": "pw"}],
+        "guests": [{"vmid": 100 + i, "node": "a", "cpus": 4, "memory": "4GiB", "cpu": 0.8,
+                    "devices": ["hostpci0"]} for i in range(4)],
+    }
+    sim = sim_factory(scenario)
+    from keel.pve.client import PveClient, Target
+    client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings()
+    plan = make_plan(snapshot.collect(client), settings)
+    assert plan.moves
+    result = Executor(client, settings, store, "test", clock=sim_clock(sim), sleep=sim.advance).run(plan)
+    assert not result.ok and "local devices: hostpci0" in result.results[0].error
+    assert not [t for t in client.get("/cluster/tasks") if t["type"] == "qmigrate"]
+    history = store.history(sim_clock(sim)())
+    assert history.blocked_reason(plan.moves[0].vmid, sim_clock(sim)())
+
+
+def test_cancel_stops_before_the_next_wave(sim, tmp_path):
+    client = sim.client()
+    settings = BalancingSettings()
+    plan = make_plan(snapshot.collect(client), settings)
+    assert plan.waves > 1
+    cancel = threading.Event()
+
+    def on_event(event):
+        if event["event"] == "done":
+            cancel.set()
+
+    result = Executor(client, settings, None, "test", on_event, cancel, clock=sim_clock(sim),
+                      sleep=sim.advance).run(plan)
+    assert result.cancelled and len(result.results) < len(plan.moves)
+
+
+NOISY = {
+    "name": "noisy-day", "seed": 11, "start_time": "2026-12-01T00:00:00Z",
+    "users": [{"userid": "root@pam", "password": "pw"}],
+    "profiles": {"office": {"daily": {"amplitude": 0.6, "peak_hour": 14}, "noise": 0.25},
+                 "batch": {"bursts": {"per_hour": 2, "duration": "10m", "level": 0.9}, "noise": 0.2}},
+    "nodes": [{"name": f"n{i}", "cpus": 32, "memory": "128GiB"} for i in range(4)],
+    "storages": [{"storage": "ceph", "type": "rbd", "shared": True}],
+    "guests": [{"vmid": 100 + i, "node": "n0" if i < 14 else f"n{1 + i % 3}", "cpus": 4,
+                "memory": "8GiB", "mem_used": 0.7, "cpu": 0.45,
+                "profile": "office" if i % 2 else "batch"} for i in range(24)],
+}
+
+
+def test_a_noisy_day_converges_without_flapping(sim_factory, tmp_path):
+    sim = sim_factory(NOISY)
+    from keel.pve.client import PveClient, Target
+    client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(interval_s=300)
+    rounds = Rounds(client, settings, store, "test", clock=sim_clock(sim), sleep=sim.advance, poll_s=5)
+    figures = []
+    for _ in range(24 * 12):                           # a round every 5 minutes for 24 hours
+        result = rounds.round(apply=True)
+        figures.append(result.plan.before.figures.keel)
+        sim.advance(settings.interval_s)
+    moves = sorted(store.moves(limit=10000), key=lambda m: m["started_at"])
+    assert all(m["status"] == "ok" for m in moves)
+    assert figures[0] > settings.threshold and max(figures[-60:]) < settings.threshold * 1.5
+    # no guest went back to a node it had left, and nothing moved more than twice a day
+    trips: dict[int, list[dict]] = {}
+    for m in moves:
+        trips.setdefault(m["vmid"], []).append(m)
+    for vmid, legs in trips.items():
+        left = set()
+        for leg in legs:
+            assert leg["target"] not in left, (vmid, legs)
+            left.add(leg["source"])
+        assert len(legs) <= 2, (vmid, legs)
+    assert len(moves) < 24
