@@ -31,6 +31,9 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
     history = history or History()
     now = snapshot.taken_at if now is None else now
     method = method or settings.method
+    if method != "keel":
+        # Proxmox's methods judge by Proxmox's figure and know no hotspot limit.
+        settings = replace(settings, imbalance="pve", hotspot=None)
     cons = compile_rules(snapshot, settings, history, now)
     model = loads.build(snapshot, settings, cons.eligible, samples)
     before = _state(model, cons, snapshot)

@@ -175,7 +175,9 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
     """Greedy best improvement; returns True if imbalanced but nothing could be done."""
     nodes = model.nodes
     n = len(nodes)
-    demand = np.array([model.unit_demand(u.vmids) for u in units])           # U x R
+    demand = np.zeros((len(units), model.load.shape[1]))                     # U x R
+    for row, unit in enumerate(units):
+        demand[row] = model.unit_demand(unit.vmids)
     footprint = np.array([model.unit_footprint(u.vmids) for u in units], dtype=float)
     disk = np.array([sum(model.disk_bytes[v] for v in u.vmids) for u in units], dtype=float)
     cost = footprint / GiB + DISK_COST_FACTOR * disk / GiB + MOVE_OVERHEAD_GIB
@@ -185,10 +187,12 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             if node in model.index:
                 allowed[row, model.index[node]] = True
     allowed &= model.eligible[None, :]
+    scorer = _Scorer(model, units, demand, allowed, footprint, cost, anti, placed)
+    guests = np.array([len(u.guests) for u in units], dtype=int)
+    moved = np.zeros(len(units), dtype=bool)
     min_gain = max(model.objective() * MIN_RELATIVE_GAIN, 1e-12)
     budget_moves, budget_bytes = settings.limits.moves, settings.limits.bytes
     used_moves, used_bytes = 0, 0
-    moved_units: set[str] = set()
     swaps = 0
     made_any = False
     while True:
@@ -196,30 +200,30 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         if (_figure(figures, settings) <= settings.threshold / 2
                 and (settings.hotspot is None or figures.peak <= settings.hotspot)):
             break
-        cur = np.array([model.index[placed[u.key]] for u in units])
-        score, gain = _scores(model, demand, cur, allowed, footprint, cost, units, anti, placed)
+        score, gain = scorer.scores()
         if units:
-            fits = np.array([used_moves + (0 if u.key in moved_units else len(u.guests)) <= budget_moves
-                             and used_bytes + footprint[i] + disk[i] <= budget_bytes
-                             for i, u in enumerate(units)])
+            fits = ((used_moves + np.where(moved, 0, guests) <= budget_moves)
+                    & (used_bytes + footprint + disk <= budget_bytes))
             score[~fits, :] = -np.inf
         best = np.unravel_index(int(np.argmax(score)), score.shape)
         if not np.isfinite(score[best]) or gain[best] < min_gain:
-            if swaps < MAX_SWAP_ROUNDS and _swap(model, units, demand, cur, allowed, footprint, anti,
+            if swaps < MAX_SWAP_ROUNDS and _swap(model, units, demand, scorer.cur, allowed, footprint, anti,
                                                  placed, moves, min_gain, settings):
                 swaps += 1
                 made_any = True
+                scorer.refresh()
                 continue
             break
         row, col = int(best[0]), int(best[1])
         unit = units[row]
-        if unit.key not in moved_units:
+        if not moved[row]:
             used_moves += len(unit.guests)
             used_bytes += int(footprint[row] + disk[row])
-            moved_units.add(unit.key)
+            moved[row] = True
         _move_unit(model, unit, nodes[col], words.BALANCE,
                    f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
                    placed, moves, float(gain[best]))
+        scorer.cur[row] = col
         made_any = True
     still = _triggered(model, settings)
     if still and (used_moves >= budget_moves or used_bytes >= budget_bytes):
@@ -233,33 +237,51 @@ def _pct(model: LoadModel, node: str) -> str:
     return f"(cpu {u[0]:.0%}, mem {u[1]:.0%})"
 
 
-def _scores(model: LoadModel, demand: np.ndarray, cur: np.ndarray, allowed: np.ndarray,
-            footprint: np.ndarray, cost: np.ndarray, units: list[Unit], anti: dict[str, set[str]],
-            placed: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
-    """(score, gain) for every (unit, node): gain = −ΔF, score = gain / cost; −inf if not allowed."""
-    w = model.weights
-    u = model.utilisation()
-    dev = u - model.fluid()                                       # N x R
-    ds = demand / model.cap[cur]                                  # U x R
-    dt = demand[:, None, :] / model.cap[None, :, :]               # U x N x R
-    source_counts = model.eligible[cur]
-    d_source = ((ds ** 2 - 2 * ds * dev[cur]) * w).sum(axis=1) * source_counts
-    d_target = ((dt ** 2 + 2 * dt * dev[None, :, :]) * w).sum(axis=2)
-    gain = -(d_source[:, None] + d_target)
-    feasible = allowed.copy()
-    feasible[np.arange(len(units)), cur] = False
-    feasible &= (model.mem_used[None, :] + footprint[:, None]) <= model.mem_cap[None, :]
-    for row, unit in enumerate(units):
-        for other in anti.get(unit.key, ()):
-            node = placed.get(other)
-            if node is not None and node in model.index:
-                feasible[row, model.index[node]] = False
-        if unit.soft_away:
-            for node in unit.soft_away:
+class _Scorer:
+    """(score, gain) for every (unit, node): gain = −ΔF, score = gain / cost; −inf where the
+    move is not allowed.  What does not change between moves (each unit's share of every
+    node, its square) is computed once; a round then costs one pass over units × nodes."""
+
+    def __init__(self, model: LoadModel, units: list[Unit], demand: np.ndarray, allowed: np.ndarray,
+                 footprint: np.ndarray, cost: np.ndarray, anti: dict[str, set[str]],
+                 placed: dict[str, str]):
+        self.model, self.units, self.demand, self.allowed = model, units, demand, allowed
+        self.footprint, self.cost, self.anti, self.placed = footprint, cost, anti, placed
+        w = model.weights
+        share = demand[:, None, :] / model.cap[None, :, :]                # U x N x R
+        self.share_w = share * w                                          # U x N x R
+        self.share_sq = (share ** 2 * w).sum(axis=2)                      # U x N
+        self.with_anti = [row for row, u in enumerate(units) if anti.get(u.key)]
+        self.with_soft = [row for row, u in enumerate(units) if u.soft_away]
+        self.rows = np.arange(len(units))
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.cur = np.array([self.model.index[self.placed[u.key]] for u in self.units], dtype=int)
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        model, cur, rows = self.model, self.cur, self.rows
+        dev = model.utilisation() - model.fluid()                          # N x R
+        if not len(rows):
+            return np.zeros((0, len(model.nodes))), np.zeros((0, len(model.nodes)))
+        d_source = (self.share_sq[rows, cur]
+                    - 2 * np.einsum("ur,ur->u", self.share_w[rows, cur], dev[cur])) * model.eligible[cur]
+        d_target = self.share_sq + 2 * np.einsum("unr,nr->un", self.share_w, dev)
+        gain = -(d_source[:, None] + d_target)
+        feasible = self.allowed.copy()
+        feasible[rows, cur] = False
+        feasible &= (model.mem_used[None, :] + self.footprint[:, None]) <= model.mem_cap[None, :]
+        for row in self.with_anti:
+            for other in self.anti[self.units[row].key]:
+                node = self.placed.get(other)
+                if node is not None and node in model.index:
+                    feasible[row, model.index[node]] = False
+        for row in self.with_soft:
+            for node in self.units[row].soft_away:
                 if node in model.index:
                     gain[row, model.index[node]] -= abs(gain[row]).max() * 0.5
-    score = np.where(feasible & (gain > 0), gain / cost[:, None], -np.inf)
-    return score, gain
+        score = np.where(feasible & (gain > 0), gain / self.cost[:, None], -np.inf)
+        return score, gain
 
 
 def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarray,
