@@ -106,7 +106,8 @@ def _printer(env: Any, as_json: bool) -> Any:
             env.stdout.write(f"  [{event['completed']}/{event['total']}] {event['vmid']} {event['name']} "
                              f"on {event['target']}: {mark}\n")
         elif event["event"] == "wave":
-            env.stdout.write(f"wave {event['wave']}: {event['moves']} moves\n")
+            n = event["moves"]
+            env.stdout.write(f"wave {event['wave']}: {n} move{'' if n == 1 else 's'}\n")
         env.stdout.flush()
     return show
 
@@ -269,13 +270,14 @@ def cmd_history(args: argparse.Namespace, env: Any) -> int:
         json.dump({"moves": moves, "decisions": decisions}, env.stdout, indent=2)
         env.stdout.write("\n")
         return ExitStatus.OK
-    env.stdout.write("Moves\n")
+    env.stdout.write("Moves\n" if moves else "No moves yet.\n")
     for m in moves:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["started_at"]))
         env.stdout.write(f"  {when}  {m['vmid']:>6} {m['name']:<16} {m['source']} -> {m['target']}  "
                          f"{m['reason']:<11} {m['status']:<7} {m['requested_by']}"
                          + (f"  {m['error']}" if m["error"] else "") + "\n")
-    env.stdout.write("Decisions\n")
+    env.stdout.write("Decisions (keel balance rounds)\n" if decisions
+                     else "No balancing rounds yet (keel balance records them).\n")
     for d in decisions:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["t"]))
         env.stdout.write(f"  {when}  {d['verdict']:<16} {d['reason']}\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -158,6 +159,11 @@ def test_demo_runs_from_a_shell():
     assert "keel status --guests" in result.stdout
     assert "pve1" in result.stdout and "runner-template" in result.stdout
     assert "API calls" in result.stdout
+    # ... then balances it: a plan, its migrations in the simulator, the cluster after.
+    assert "$ keel plan" in result.stdout and "PLANNED" in result.stdout
+    done = re.search(r"(\d+) of (\d+) migrations done", result.stdout)
+    assert done and done.group(1) == done.group(2) and int(done.group(1)) > 0, result.stdout
+    assert "failed" not in result.stdout.split("$ keel apply")[1]
 
 
 PROXLB_FIXTURES = ROOT / "tests" / "fixtures" / "proxlb"
