@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -125,12 +126,38 @@ def _confirm(question: str, args: argparse.Namespace, env: Any) -> bool:
 
 def _execute(client: Any, settings: Any, store: Store, plan: Plan, env: Any, as_json: bool,
              who: str) -> int:
-    executor = Executor(client, settings, store, requested_by=who, on_event=_printer(env, as_json))
-    result = executor.run(plan)
+    """Run a plan; the first Ctrl-C lets the running migrations finish and starts no more."""
+    cancel = threading.Event()
+    executor = Executor(client, settings, store, requested_by=who, on_event=_printer(env, as_json),
+                        cancel=cancel)
+
+    def interrupted(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        env.stderr.write("Stopping: no new migration starts; waiting for the running ones "
+                         "(Ctrl-C again to stop waiting; they go on in Proxmox VE).\n")
+        env.stderr.flush()
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        result = executor.run(plan)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if result.cancelled:
+        done = sum(1 for r in result.results if r.ok)
+        env.stdout.write(f"Stopped after {done} of {len(plan.moves)} migrations.\n")
     for item in result.results:
         if not item.ok:
             return ExitStatus.TASK_FAILED
     return ExitStatus.OK if not result.cancelled else ExitStatus.ERROR
+
+
+def _guests(n: int) -> str:
+    return f"{n} guest" if n == 1 else f"{n} guests"
 
 
 def _who(env: Any) -> str:
@@ -152,7 +179,7 @@ def cmd_apply(args: argparse.Namespace, env: Any) -> int:
         if args.json:
             _print_plan(plan, args, env)
         return ExitStatus.OK
-    if not _confirm(f"Migrate these {len(plan.moves)} guests?", args, env):
+    if not _confirm(f"Migrate {_guests(len(plan.moves))}?", args, env):
         env.stdout.write("Nothing done.\n")
         return ExitStatus.OK
     return _execute(client, settings, store, plan, env, args.json, _who(env))
@@ -204,10 +231,11 @@ def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
             else:
                 env.stdout.write(f"{args.node} is empty.\n")
             return ExitStatus.OK
-        evacuation = replace(plan, moves=tuple(moves), reason=f"{len(moves)} guests leave {args.node}")
+        verb = "leaves" if len(moves) == 1 else "leave"
+        evacuation = replace(plan, moves=tuple(moves), reason=f"{_guests(len(moves))} {verb} {args.node}")
         if not args.json:
             env.stdout.write(render_plan(evacuation, Style(env.color, env.unicode)))
-        if not _confirm(f"Move {len(moves)} guests off {args.node}?", args, env):
+        if not _confirm(f"Move {_guests(len(moves))} off {args.node}?", args, env):
             return ExitStatus.OK
         args.yes = True
         status = _execute(client, settings, store, evacuation, env, args.json, _who(env))

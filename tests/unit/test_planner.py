@@ -284,6 +284,15 @@ def test_assigned_mode_balances_configured_sizes():
     assert plan(cluster([node("a"), node("b")], guests), mode="assigned").verdict == words.PLANNED
 
 
+def test_assigned_mode_warns_when_the_cluster_is_over_provisioned():
+    snap = cluster([node("a", cpus=8, mem_gib=64), node("b", cpus=8, mem_gib=64)],
+                   [vm(100 + i, "a", cores=4, mem_gib=4) for i in range(6)])     # 24 cores on 16
+    plan = make_plan(snap, BalancingSettings(mode="assigned"))
+    assert any("over-provisioned" in n and "150% of the eligible nodes' cpu" in n for n in plan.notices)
+    assert not any("memory" in n for n in plan.notices if "over-provisioned" in n)
+    assert not any("over-provisioned" in n for n in make_plan(snap, BalancingSettings()).notices)
+
+
 def test_a_conflict_is_reported_not_fought():
     guests = [vm(100, "a", tags=("keel-pin-b", "keel-pin-zz")), vm(101, "b")]
     p = plan(cluster([node("a"), node("b")], guests), pins={"100": ("a",)})

@@ -42,6 +42,11 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         return Plan(words.NO_QUORUM, method, "the cluster has no quorum: nothing is moved", (),
                     before, before, tuple(cons.skipped), tuple(cons.conflicts), tuple(cons.notices),
                     config, now)
+    if settings.mode == "assigned":
+        for resource, ratio in model.provisioning().items():
+            if ratio > 1.0:
+                cons.notices.append(f"the cluster is over-provisioned: running guests are assigned "
+                                    f"{ratio:.0%} of the eligible nodes' {resource}")
     if settings.mode == "psi" and snapshot.pve_major < 9:
         cons.notices.append("psi mode needs Proxmox VE 9 (pressure figures); using used load")
     work = model.copy()

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from keel import words
 from keel.balance.plan import Move, Plan
 from keel.balance.settings import BalancingSettings
-from keel.errors import KeelError, UnavailableError
+from keel.errors import AuthError, KeelError, UnavailableError
 from keel.pve.client import PveClient
 from keel.pve.upid import parse_upid
 
@@ -128,6 +128,10 @@ class Executor:
             item.upid = self._migrate(move)
         except UnavailableError as err:      # PVE unreachable or busy: try again next round
             self._finish(item, False, str(err), block=False)
+            return item
+        except AuthError as err:             # Keel's own privileges, not the guest's fault
+            self._finish(item, False, f"{err}; Keel's token needs the privileges docs/security.md lists",
+                         block=False)
             return item
         except KeelError as err:             # PVE refused this move: leave the guest alone a while
             self._finish(item, False, str(err), block=True)

@@ -68,6 +68,13 @@ class LoadModel:
         self.mem_used[s] -= m
         self.mem_used[t] += m
 
+    def provisioning(self) -> dict[str, float]:
+        """Total cpu and memory demand over the eligible nodes' capacity (1.0 = exactly full)."""
+        cap = self.cap[self.eligible].sum(axis=0)
+        total = self.load.sum(axis=0)
+        return {name: float(total[r] / cap[r]) if cap[r] else float("inf")
+                for name, r in (("cpu", CPU), ("memory", MEM))}
+
     # -- figures --------------------------------------------------------------------
 
     def utilisation(self) -> np.ndarray:
