@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--pve-version", default="9.1.4", help="8.x or 9.x (default 9.1.4)")
     gen.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
 
-    from keel import cli_balance
+    from keel import cli_balance, cli_service
     cli_balance.add_parsers(sub, _add_connection)
+    cli_service.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
@@ -243,6 +244,16 @@ COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo,
             **{name: _balance_command(name) for name in
                ("plan", "apply", "maintenance", "best-node", "balance", "history")}}
 COMMANDS["import-proxlb"] = cmd_import_proxlb
+
+
+def _service_command(name: str) -> Any:
+    def run(args: argparse.Namespace, env: Env) -> int:
+        from keel import cli_service
+        return cli_service.COMMANDS[name](args, env)
+    return run
+
+
+COMMANDS.update({name: _service_command(name) for name in ("engine", "web")})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Keel's configuration file (``/etc/pve/keel/keel.yaml``): strict, with every bad key named.
 
-Sections: ``proxmox`` (how to reach the Proxmox VE API) and ``balancing`` (what the
-balancer may do: ``keel.balance.settings``).  The file
+Sections: ``proxmox`` (how to reach the Proxmox VE API), ``balancing`` (what the
+balancer may do: ``keel.balance.settings``), ``engine`` and ``web`` (the services' paths
+and ports: ``keel.engine.settings``).  The file
 holds no secrets: the API token secret lives in a root-only file that ``token_file``
 names (``keel setup`` writes it to ``/etc/pve/priv/keel/pve-token``).
 
@@ -25,6 +26,7 @@ import yaml
 from keel.errors import InvalidError
 from keel.balance import settings as balance_settings
 from keel.balance.settings import BalancingSettings
+from keel.engine.settings import EngineSettings, WebSettings, read_engine, read_web
 from keel.pve.client import DEFAULT_TIMEOUT_S, Target
 from keel.validate import Problems, Reader
 
@@ -49,6 +51,8 @@ class ProxmoxSettings:
 class Config:
     proxmox: ProxmoxSettings = ProxmoxSettings()
     balancing: BalancingSettings = BalancingSettings()
+    engine: EngineSettings = EngineSettings()
+    web: WebSettings = WebSettings()
     source: str = "(defaults)"
 
 
@@ -70,9 +74,11 @@ def parse(data: Any, source: str = "config") -> Config:
     top = Reader(data, "", problems)
     proxmox = _proxmox(top.mapping("proxmox"))
     balancing = balance_settings.read(top.mapping("balancing"))
+    engine = read_engine(top.mapping("engine"))
+    web = read_web(top.mapping("web"))
     top.done()
     problems.raise_if_any()
-    return Config(proxmox=proxmox, balancing=balancing, source=source)
+    return Config(proxmox=proxmox, balancing=balancing, engine=engine, web=web, source=source)
 
 
 def _proxmox(r: Reader) -> ProxmoxSettings:

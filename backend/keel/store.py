@@ -54,8 +54,13 @@ def default_path(environ: dict[str, str] | None = None) -> Path:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    """Keel's history.  With ``shared_dir`` (the engine's ``/etc/pve/keel``), maintenance is
+    kept cluster-wide in ``maintenance.json`` there instead, so that whichever node leads
+    next knows which nodes are being emptied."""
+
+    def __init__(self, path: str | Path, shared_dir: str | Path | None = None):
         self.path = Path(path)
+        self.shared = Path(shared_dir) / "maintenance.json" if shared_dir else None
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +118,7 @@ class Store:
                                    "WHERE ended_at IS NOT NULL AND ended_at > ?", (now - KEEP_MOVES_S,)))
         blocked = {vmid: Blocked(until, reason) for vmid, until, reason
                    in self._run("SELECT vmid, until, reason FROM blocked WHERE until > ?", (now,))}
-        maintenance = frozenset(row[0] for row in self._run("SELECT node FROM maintenance"))
+        maintenance = frozenset(self.maintenance_nodes())
         return History(moves, blocked, maintenance, int(self.get("hold_rounds", 0)))
 
     def block(self, vmid: int, until: float, reason: str) -> None:
@@ -122,16 +127,53 @@ class Store:
     # -- maintenance -----------------------------------------------------------------------
 
     def maintenance_enter(self, node: str, requested_by: str, at: float) -> None:
+        if self.shared is not None:
+            with self._lock:
+                nodes = self._shared_read()
+                nodes[node] = {"since": at, "requested_by": requested_by}
+                self._shared_write(nodes)
+            return
         self._run("INSERT OR REPLACE INTO maintenance VALUES (?,?,?)", (node, at, requested_by))
 
     def maintenance_leave(self, node: str) -> bool:
+        if self.shared is not None:
+            with self._lock:
+                nodes = self._shared_read()
+                present = nodes.pop(node, None) is not None
+                if present:
+                    self._shared_write(nodes)
+            return present
         present = bool(self._run("SELECT 1 FROM maintenance WHERE node=?", (node,)))
         self._run("DELETE FROM maintenance WHERE node=?", (node,))
         return present
 
     def maintenance_nodes(self) -> dict[str, dict[str, Any]]:
+        if self.shared is not None:
+            return self._shared_read()
         return {node: {"since": since, "requested_by": by}
                 for node, since, by in self._run("SELECT node, since, requested_by FROM maintenance")}
+
+    def _shared_read(self) -> dict[str, dict[str, Any]]:
+        assert self.shared is not None
+        try:
+            data = json.loads(self.shared.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            raise InvalidError(f"cannot read {self.shared}: {err}") from None
+        return {str(k): v for k, v in data.get("nodes", {}).items()} if isinstance(data, dict) else {}
+
+    def _shared_write(self, nodes: dict[str, dict[str, Any]]) -> None:
+        assert self.shared is not None
+        atomic_write(self.shared, json.dumps({"nodes": nodes}, indent=1, sort_keys=True) + "\n")
+
+    # -- pruning ---------------------------------------------------------------------------
+
+    def prune(self, now: float) -> None:
+        """Drop what is older than anyone asks for: moves after 90 days, blocks once over."""
+        self._run("DELETE FROM moves WHERE ended_at IS NOT NULL AND ended_at < ?", (now - KEEP_MOVES_S,))
+        self._run("DELETE FROM blocked WHERE until < ?", (now,))
+        self._run("DELETE FROM decisions WHERE t < ?", (now - KEEP_DECISIONS_S,))
 
     # -- rounds ----------------------------------------------------------------------------
 
@@ -173,3 +215,22 @@ class Store:
 
 def now() -> float:
     return time.time()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never half of it (a
+    temporary file in the same directory, then rename: what PVE's own writers do on pmxcfs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise InvalidError(f"cannot write {path}: {err.strerror}") from None

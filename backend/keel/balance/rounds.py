@@ -7,6 +7,7 @@ a day of simulated load in seconds.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
@@ -26,6 +27,7 @@ class RoundResult:
     plan: Plan
     decision: Decision
     execution: Execution | None = None
+    snapshot: Any = None
 
     @property
     def moved(self) -> int:
@@ -51,7 +53,8 @@ class Rounds:
     def __init__(self, client: PveClient, settings: BalancingSettings, store: Any,
                  requested_by: str = "keel balance", on_event: Callable[[dict], None] | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 poll_s: float = 2.0):
+                 poll_s: float = 2.0, cancel: threading.Event | None = None):
+        self.cancel = cancel
         self.client = client
         self.settings = settings
         self.store = store
@@ -74,7 +77,7 @@ class Rounds:
         plan = make_plan(snap, settings, history, now, samples)
         decision = decide(plan, settings, now, history.hold_rounds)
         self.store.put("hold_rounds", decision.hold_rounds)
-        result = RoundResult(now, plan, decision)
+        result = RoundResult(now, plan, decision, snapshot=snap)
         if decision.act and apply:
             moves = plan.mandatory_moves() if decision.mandatory_only else plan.moves
             if moves:
@@ -84,5 +87,6 @@ class Rounds:
 
     def execute(self, plan: Plan) -> Execution:
         executor = Executor(self.client, self.settings, self.store, requested_by=self.requested_by,
-                            on_event=self.on_event, clock=self.clock, sleep=self.sleep, poll_s=self.poll_s)
+                            on_event=self.on_event, cancel=self.cancel, clock=self.clock, sleep=self.sleep,
+                            poll_s=self.poll_s)
         return executor.run(plan)

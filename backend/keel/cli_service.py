@@ -1,0 +1,127 @@
+"""The services' commands: ``keel engine`` and ``keel web`` (what the systemd units run),
+and ``keel setup``.  ``keel.cli`` declares them."""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from keel.errors import ExitStatus, InvalidError
+
+
+def add_parsers(sub: Any) -> None:
+    engine = sub.add_parser("engine", help="run keel-engine in the foreground (the local API, the leader's loops)")
+    engine.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
+    web = sub.add_parser("web", help="run keel-web in the foreground (the HTTPS gateway for the web UI)")
+    web.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
+
+
+def _config_path(args: argparse.Namespace, env: Any) -> Path:
+    from keel import config as cfg
+    path = Path(args.config or env.environ.get("KEEL_CONFIG") or cfg.DEFAULT_CONFIG_FILE)
+    if not path.exists():
+        raise InvalidError(f"no config file {path}: `keel setup` writes one, or give --config FILE")
+    return path
+
+
+def _logging(name: str) -> None:
+    """To stderr, which systemd hands to journald; no time stamps (journald adds them)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{name}: %(levelname)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def cmd_engine(args: argparse.Namespace, env: Any) -> int:
+    from keel import config as cfg
+    from keel.engine.serve import serve
+    path = _config_path(args, env)
+    config = cfg.load(path)                       # refuse a bad file before forking anything
+    es = config.engine
+    socket_path = Path(es.socket)
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    _logging("keel-engine")
+    holder: dict[str, Any] = {}
+
+    def load() -> Any:
+        from keel.engine.api import create_app
+        from keel.engine.core import Engine
+        engine = Engine(path, env.environ)
+        engine.start()
+        holder["engine"] = engine
+        return create_app(engine)
+
+    def when_ready(_server: Any) -> None:
+        os.chmod(socket_path, 0o660)
+        try:
+            os.chown(socket_path, -1, grp.getgrnam(es.socket_group).gr_gid)
+        except (KeyError, PermissionError):
+            pass                                  # no such group here (tests): root only
+
+    def worker_exit(_server: Any, _worker: Any) -> None:
+        engine = holder.get("engine")
+        if engine is not None:
+            engine.stop()
+
+    serve(load, {"bind": [f"unix:{socket_path}"], "workers": 1, "threads": 8, "timeout": 120,
+                 "graceful_timeout": 90, "umask": 0o007, "proc_name": "keel-engine",
+                 "when_ready": when_ready, "worker_exit": worker_exit})
+    return ExitStatus.OK
+
+
+def cmd_web(args: argparse.Namespace, env: Any) -> int:
+    from keel import config as cfg
+    from keel.engine.serve import serve
+    path = _config_path(args, env)
+    config = cfg.load(path)
+    cert, key = config.web.cert_files()
+    for what, file in (("certificate", cert), ("key", key)):
+        if not os.access(file, os.R_OK):
+            raise InvalidError(f"keel-web cannot read its TLS {what} {file}; set web.cert and web.key")
+    _logging("keel-web")
+
+    def load() -> Any:
+        from keel.web.app import create_app
+        return create_app(cfg.load(path))
+
+    serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 2, "threads": 16,
+                 "timeout": 60, "certfile": cert, "keyfile": key, "proc_name": "keel-web",
+                 "post_worker_init": _watch_cert(cert, key)})
+    return ExitStatus.OK
+
+
+def _watch_cert(cert: str, key: str) -> Any:
+    """After an ACME renewal the certificate changes on disk: reload (SIGHUP to the master)."""
+    def start(worker: Any) -> None:
+        import signal
+        import threading
+        import time
+
+        def stamp() -> tuple[float, float]:
+            try:
+                return os.stat(cert).st_mtime, os.stat(key).st_mtime
+            except OSError:
+                return (0.0, 0.0)
+
+        first = stamp()
+
+        def watch() -> None:
+            while True:
+                time.sleep(5)
+                if stamp() != first:
+                    logging.getLogger("keel.web").info("TLS certificate %s changed: reloading", cert)
+                    os.kill(worker.ppid, signal.SIGHUP)
+                    return
+        threading.Thread(target=watch, name="keel-cert-watch", daemon=True).start()
+    return start
+
+
+COMMANDS = {"engine": cmd_engine, "web": cmd_web}

@@ -1,0 +1,342 @@
+"""The engine's state and loops, independent of HTTP (``engine.api`` serves it).
+
+Threads:
+
+* the **lease loop** (every ``engine.lock_renew``): renews or takes the leader lease, and
+  reloads the config file when it changed — a bad file is refused, its problems kept for
+  status, and the last good config keeps running;
+* the **balancer loop** (every ``balancing.interval``, leader only): one round — samples,
+  plan, guard, and migrations when ``balancing.enable`` is on;
+* the **runners** (leader only, when configured): ``keel.runners.service``.
+
+Only the leader acts.  Losing the lease cancels the running execution before its next
+migration starts (running ones finish; Proxmox VE completes them anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from keel import config as cfg
+from keel.balance.balancer import best_node, make_plan
+from keel.balance.plan import Plan
+from keel.balance.rounds import Rounds, iter_guest_samples
+from keel.engine.jobs import Job, Jobs
+from keel.engine.lease import Lease
+from keel.errors import BusyError, InvalidError, KeelError
+from keel.pve import snapshot as snapshots
+from keel.pve.client import PveClient
+from keel.store import Store, atomic_write
+
+log = logging.getLogger("keel.engine")
+EXECUTE_WAIT_S = 20.0     # an apply waits this long for a balancing round to finish
+
+
+class NotLeaderError(BusyError):
+    """A write that only the leader may do, asked of a follower."""
+
+    def __init__(self, leader: str | None):
+        where = f"{leader} leads" if leader else "no node leads right now"
+        super().__init__(f"this node does not act: {where}; ask the leader's Keel")
+        self.leader = leader
+
+
+class Engine:
+    def __init__(self, config_path: str | Path, environ: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.time, poll_s: float = 2.0):
+        self.config_path = Path(config_path)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.clock = clock
+        self.poll_s = poll_s
+        self.config = cfg.load(self.config_path)          # the first must be good
+        self.config_error: str | None = None
+        self._config_stamp = self._stamp()
+        es = self.config.engine
+        self.node = es.node_name
+        self.lease = Lease(es.lock, es.lock_expiry_s, self.node, clock=clock)
+        self.store = Store(es.store, shared_dir=es.shared_dir)
+        self.client = self._client()
+        self.jobs = Jobs()
+        self.errors: deque[dict[str, Any]] = deque(maxlen=20)
+        self.last_round: dict[str, Any] | None = None
+        self.started_at = clock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._execute = threading.Lock()          # one execution (job or round) at a time
+        self._lost = threading.Event()            # set when leadership is lost
+        self._threads: list[threading.Thread] = []
+        self._status_cache: tuple[float, Any] | None = None
+        self._status_lock = threading.Lock()
+        self.runners: Any = None
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for name, target in (("lease", self._lease_loop), ("balancer", self._balancer_loop)):
+            thread = threading.Thread(target=target, name=f"keel-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("engine started on %s (config %s)", self.node, self.config_path)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._lost.set()
+        self.jobs.cancel_all()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self.jobs.join(timeout=30)
+        self._stop_runners()
+        self.lease.release()
+        self.client.close()
+        log.info("engine stopped")
+
+    @property
+    def leader(self) -> bool:
+        return self.lease.held
+
+    def leader_node(self) -> str | None:
+        if self.leader:
+            return self.node
+        try:
+            import json
+            data = json.loads((Path(self.config.engine.shared_dir) / "leader.json").read_text())
+            return data.get("node")
+        except (OSError, ValueError):
+            return self.lease.holder()
+
+    def require_leader(self) -> None:
+        if not self.leader:
+            raise NotLeaderError(self.leader_node())
+
+    # -- config -------------------------------------------------------------------------------
+
+    def _stamp(self) -> str:
+        try:
+            return hashlib.sha256(self.config_path.read_bytes()).hexdigest()
+        except OSError as err:
+            return f"error:{err.strerror}"
+
+    def reload_if_changed(self) -> bool:
+        stamp = self._stamp()
+        if stamp == self._config_stamp:
+            return False
+        self._config_stamp = stamp
+        try:
+            config = cfg.load(self.config_path)
+        except KeelError as err:
+            self.config_error = str(err)
+            self._error("config", str(err))
+            log.error("config %s refused, the last good one keeps running: %s", self.config_path, err)
+            return False
+        if config.engine != self.config.engine:
+            log.warning("config: engine paths changed; they take effect when keel-engine restarts")
+        proxmox_changed = config.proxmox != self.config.proxmox
+        self.config = config
+        self.config_error = None
+        if proxmox_changed:
+            old, self.client = self.client, self._client()
+            old.close()
+        log.info("config %s reloaded", self.config_path)
+        self._wake.set()
+        return True
+
+    def validate_config(self, text: str) -> cfg.Config:
+        import yaml
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise InvalidError(f"not valid YAML: {err}") from None
+        return cfg.parse(data, "config")
+
+    def put_config(self, text: str, requested_by: str) -> cfg.Config:
+        config = self.validate_config(text)
+        atomic_write(self.config_path, text if text.endswith("\n") else text + "\n")
+        log.info("config %s written by %s", self.config_path, requested_by)
+        self.reload_if_changed()
+        return config
+
+    def _client(self) -> PveClient:
+        return PveClient(cfg.target_from(self.config.proxmox, self.environ))
+
+    # -- the loops ----------------------------------------------------------------------------
+
+    def _lease_loop(self) -> None:
+        while not self._stop.is_set():
+            was = self.leader
+            now = self.lease.tick()
+            if now and not was:
+                self._lost.clear()
+                self._announce()
+            elif was and not now:
+                self._lost.set()
+                self._stop_runners()
+            if now:
+                self._start_runners()
+            self.reload_if_changed()
+            self._stop.wait(self.config.engine.lock_renew_s)
+
+    def _announce(self) -> None:
+        import json
+        path = Path(self.config.engine.shared_dir) / "leader.json"
+        try:
+            atomic_write(path, json.dumps({"node": self.node, "since": self.clock()}) + "\n")
+        except KeelError as err:
+            log.warning("cannot record the leader in %s: %s", path, err)
+        log.info("%s leads", self.node)
+        self._wake.set()
+
+    def _balancer_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            if self.leader:
+                try:
+                    self.balance_round()
+                except KeelError as err:
+                    self._error("balancer", str(err))
+                    log.error("balancing round failed: %s", err)
+                except Exception as err:          # never let the loop die
+                    self._error("balancer", f"internal error: {err!r}")
+                    log.exception("balancing round failed")
+                self.store.prune(self.clock())
+            self._wake.wait(self.config.balancing.interval_s)
+
+    def balance_round(self) -> dict[str, Any] | None:
+        settings = self.config.balancing
+        lock = self._execute if settings.enable else threading.Lock()   # a dry run executes nothing
+        if not lock.acquire(blocking=False):
+            return None                        # an apply job is running: it is the round
+        try:
+            rounds = Rounds(self.client, settings, self.store, requested_by="keel engine (balancing.enable)",
+                            clock=self.clock, poll_s=self.poll_s, cancel=self._lost)
+            result = rounds.round(apply=settings.enable and self.leader)
+            self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
+            self._cache(result.snapshot)
+            return self.last_round
+        finally:
+            lock.release()
+
+    # -- runners (when configured) --------------------------------------------------------------
+
+    def _start_runners(self) -> None:
+        settings = getattr(self.config, "runners", None)
+        if self.runners is not None or settings is None or not getattr(settings, "configured", False):
+            return
+        try:
+            from keel.runners.service import RunnerService
+        except ImportError:
+            return
+        service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock)
+        stop = threading.Event()
+        thread = threading.Thread(target=service.run, args=(stop,), name="keel-runners", daemon=True)
+        self.runners = (service, stop, thread)
+        thread.start()
+
+    def _stop_runners(self) -> None:
+        if self.runners is None:
+            return
+        service, stop, thread = self.runners
+        stop.set()
+        thread.join(timeout=60)
+        service.close()
+        self.runners = None
+
+    def runners_status(self) -> dict[str, Any]:
+        if self.runners is None:
+            configured = getattr(getattr(self.config, "runners", None), "configured", False)
+            return {"enabled": configured, "active": False}
+        return {"enabled": True, "active": True, **self.runners[0].status()}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _cache(self, snap: Any) -> None:
+        if snap is not None:
+            with self._status_lock:
+                self._status_cache = (self.clock(), snap)
+
+    def snapshot(self, max_age_s: float | None = None) -> Any:
+        max_age = self.config.engine.status_interval_s if max_age_s is None else max_age_s
+        with self._status_lock:
+            cached = self._status_cache
+        if cached is not None and self.clock() - cached[0] <= max_age:
+            return cached[1]
+        snap = snapshots.collect(self.client, psi=self.config.balancing.mode == "psi", now=self.clock())
+        self._cache(snap)
+        return snap
+
+    def plan(self, method: str | None = None) -> Plan:
+        now = self.clock()
+        settings = self.config.balancing
+        snap = self.snapshot(max_age_s=0)
+        samples = self.store.samples(now - settings.window_s) or None
+        if samples is None:
+            samples = {k: [v] for k, v in iter_guest_samples(snap)}
+        return make_plan(snap, settings, self.store.history(now), now, samples, method=method)
+
+    def best_node(self, cores: float, memory: int) -> list[Any]:
+        return best_node(self.snapshot(), self.config.balancing, cores, memory,
+                         self.store.history(self.clock()))
+
+    # -- acting (leader only) ---------------------------------------------------------------
+
+    def apply(self, requested_by: str, method: str | None = None) -> Job:
+        self.require_leader()
+        if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
+            raise BusyError("a plan is being carried out already; wait for it or cancel it")
+        try:
+            plan = self.plan(method)
+        except BaseException:
+            self._execute.release()
+            raise
+        return self.jobs.start("apply", requested_by, plan, self._run_plan, self._execute.release)
+
+    def maintenance(self, node: str, enter: bool, requested_by: str, evacuate: bool = True) -> Job | None:
+        self.require_leader()
+        snap = self.snapshot(max_age_s=0)
+        if node not in snap.nodes:
+            from keel.errors import NotFoundError
+            raise NotFoundError(f"no node {node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
+        if not enter:
+            self.store.maintenance_leave(node)
+            log.info("%s leaves maintenance (asked by %s)", node, requested_by)
+            self._wake.set()
+            return None
+        self.store.maintenance_enter(node, requested_by, self.clock())
+        log.info("%s enters maintenance (asked by %s)", node, requested_by)
+        if not evacuate:
+            return None
+        if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
+            raise BusyError(f"{node} is in maintenance; a plan is being carried out already, the node "
+                            f"is emptied after it")
+        from dataclasses import replace
+        settings = self.config.balancing
+        evacuation = replace(settings, limits=replace(settings.limits, moves=0))
+        plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock())
+        moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
+        plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
+        return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+
+    def _run_plan(self, job: Job) -> None:
+        from keel.balance.executor import Executor
+        executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
+                            on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s)
+        stop_on_loss = threading.Thread(target=self._cancel_on_loss, args=(job,), daemon=True)
+        stop_on_loss.start()
+        job.execution = executor.run(job.plan)
+        self._wake.set()
+
+    def _cancel_on_loss(self, job: Job) -> None:
+        while not job.done.is_set():
+            if self._lost.wait(0.5):
+                job.cancel("this node lost the leader lease")
+                return
+
+    def _error(self, where: str, message: str) -> None:
+        self.errors.append({"time": self.clock(), "where": where, "message": message})

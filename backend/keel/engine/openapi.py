@@ -1,0 +1,138 @@
+"""The local API described (OpenAPI 3.0, served at ``/api/openapi.json``), and the two
+renderings the API needs besides JSON: the balancing settings and Prometheus metrics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from keel import __version__
+
+
+def _envelope(data: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "object", "required": ["data"],
+            "properties": {"data": data or {}}}
+
+
+ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _op(summary: str, ok_status: str = "200", body: str | None = None, params: list[dict] | None = None,
+        text: bool = False, errors: tuple[str, ...] = ("400", "409", "503")) -> dict[str, Any]:
+    content = ({"text/plain": {"schema": {"type": "string"}}} if text
+               else {"application/json": {"schema": _envelope()}})
+    op: dict[str, Any] = {"summary": summary, "responses": {ok_status: {"description": "ok", "content": content}}}
+    for status in errors:
+        op["responses"][status] = ERROR
+    if body:
+        op["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{body}"}}}}
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def _q(name: str, schema: dict[str, Any], required: bool = False, where: str = "query") -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": schema}
+
+
+METHOD = {"type": "string", "enum": ["keel", "bruteforce", "topsis"]}
+
+SPEC: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "Keel local API", "version": __version__,
+             "description": "keel-engine's API on its Unix socket; keel-web forwards to it after "
+                            "checking the caller's Proxmox VE ticket. Answers use Proxmox's envelope: "
+                            "{\"data\": ...}, or {\"data\": null, \"message\", \"errors\"} on error."},
+    "paths": {
+        "/api/status": {"get": _op("Leader, last round, errors, the cluster's load and imbalance")},
+        "/api/plan": {"get": _op("A dry-run plan from fresh state", params=[_q("method", METHOD)])},
+        "/api/apply": {"post": _op("Plan and carry it out (leader only): returns a job", "202", "ApplyRequest")},
+        "/api/jobs": {"get": _op("Recent jobs", errors=())},
+        "/api/jobs/{job_id}": {
+            "get": _op("A job's state and its events from index `since`",
+                       params=[_q("job_id", {"type": "string"}, where="path"),
+                               _q("since", {"type": "integer", "minimum": 0})], errors=("400", "404")),
+            "delete": _op("Cancel a job: no new migration starts",
+                          params=[_q("job_id", {"type": "string"}, where="path")], errors=("404",))},
+        "/api/maintenance": {"get": _op("Nodes in maintenance, since when, by whom", errors=())},
+        "/api/maintenance/{node}": {"post": _op(
+            "Enter (and empty) or leave maintenance (leader only)", "200", "MaintenanceRequest",
+            params=[_q("node", {"type": "string"}, where="path")], errors=("400", "404", "409", "503"))},
+        "/api/history": {"get": _op("Moves and decisions", params=[_q("limit", {"type": "integer", "minimum": 1,
+                                                                                "maximum": 1000})])},
+        "/api/best-node": {"get": _op("The node Keel would pick for a new guest", params=[
+            _q("cores", {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1024}, True),
+            _q("memory", {"type": "string", "example": "8GiB"}, True)])},
+        "/api/config": {
+            "get": _op("The config file, its last error, the balancing settings in force", errors=()),
+            "put": _op("Replace the config file (validated first; written atomically)", "200", "ConfigRequest")},
+        "/api/config/validate": {"post": _op("Check a config without writing it", "200", "ConfigRequest")},
+        "/api/pve/crs": {"get": _op("Proxmox VE's own CRS settings (is its auto-rebalance on?)", errors=("503",))},
+        "/api/runners": {"get": _op("Runner scale sets, runners and recent jobs", errors=())},
+        "/api/metrics": {"get": _op("Prometheus metrics", text=True, errors=())},
+        "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
+            "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    },
+    "components": {"schemas": {
+        "Error": {"type": "object", "required": ["data", "message"], "properties": {
+            "data": {"nullable": True}, "message": {"type": "string"},
+            "errors": {"type": "object", "additionalProperties": {"type": "string"}},
+            "leader": {"type": "string", "nullable": True}}},
+        "ApplyRequest": {"type": "object", "additionalProperties": False, "properties": {"method": METHOD}},
+        "MaintenanceRequest": {"type": "object", "additionalProperties": False, "required": ["action"],
+                               "properties": {"action": {"type": "string", "enum": ["enter", "leave"]},
+                                              "evacuate": {"type": "boolean", "default": True}}},
+        "ConfigRequest": {"type": "object", "additionalProperties": False, "required": ["text"],
+                          "properties": {"text": {"type": "string", "maxLength": 1048576}}},
+    }},
+}
+
+
+def balancing_json(settings: Any) -> dict[str, Any]:
+    """The balancing settings in force, as plain data (durations in seconds)."""
+    data = asdict(settings)
+    data["guest_types"] = sorted(settings.guest_types)
+    data["maintenance"] = sorted(settings.maintenance)
+    data["ignore"] = {k: sorted(v) for k, v in asdict(settings.ignore).items()}
+    data["schedule"] = None if settings.schedule is None else str(settings.schedule)
+    data["pools"] = {name: asdict(pool) for name, pool in settings.pools.items()}
+    return data
+
+
+def metrics_text(engine: Any) -> str:
+    """Balancing figures (and the runners' metrics when they run), Prometheus text format."""
+    lines = [
+        "# HELP keel_leader 1 if this node's engine holds the leader lease.",
+        "# TYPE keel_leader gauge",
+        f'keel_leader{{node="{engine.node}"}} {1 if engine.leader else 0}',
+        "# HELP keel_config_error 1 if the config file was refused (the last good one runs).",
+        "# TYPE keel_config_error gauge",
+        f"keel_config_error {1 if engine.config_error else 0}",
+    ]
+    last = engine.last_round
+    if last:
+        lines += ["# HELP keel_balance_last_round_timestamp_seconds When the last balancing round ran.",
+                  "# TYPE keel_balance_last_round_timestamp_seconds gauge",
+                  f"keel_balance_last_round_timestamp_seconds {last['time']:.3f}",
+                  "# HELP keel_imbalance Keel's imbalance figure at the last round.",
+                  "# TYPE keel_imbalance gauge",
+                  f"keel_imbalance {last['imbalance']:.6f}"]
+    cached = engine._status_cache
+    if cached is not None:
+        snap = cached[1]
+        lines += ["# HELP keel_node_usage Node usage as a fraction of capacity.",
+                  "# TYPE keel_node_usage gauge"]
+        for node in snap.nodes.values():
+            if node.online:
+                lines.append(f'keel_node_usage{{node="{node.name}",resource="cpu"}} {node.cpu_frac:.4f}')
+                lines.append(f'keel_node_usage{{node="{node.name}",resource="memory"}} {node.mem_frac:.4f}')
+    counts: dict[str, int] = {}
+    for move in engine.store.moves(limit=1000):
+        counts[move["status"]] = counts.get(move["status"], 0) + 1
+    lines += ["# HELP keel_moves Migrations Keel started, by how they ended (last 1000).",
+              "# TYPE keel_moves gauge"]
+    lines += [f'keel_moves{{status="{status}"}} {n}' for status, n in sorted(counts.items())]
+    if engine.runners is not None:
+        lines.append(engine.runners[0].metrics().rstrip("\n"))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""keel-web: the HTTPS gateway between the browser panel and keel-engine."""

@@ -1,0 +1,114 @@
+"""Starting keel-engine and keel-web as real processes against a simulator, for tests."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from conftest import DEMO_TOKEN, python_env
+from keel.engine.client import EngineClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = None, shared: Path | None = None,
+                 balancing: dict | None = None, engine: dict | None = None, web_port: int | None = None) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    token = tmp / "token"
+    token.write_text(DEMO_TOKEN + "\n")
+    cert_dir = Path(sim.cert).parent
+    config = {
+        "proxmox": {"url": sim.url, "token_file": str(token), "ca_file": sim.cert},
+        "balancing": {"interval": "2s", **(balancing or {})},
+        "engine": {"socket": str(tmp / "engine.sock"), "store": str(tmp / "keel.db"),
+                   "lock": str(lock or tmp / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
+                   "shared_dir": str(shared or tmp / "shared"), "node": node, "status_interval": "1s",
+                   **(engine or {})},
+        "web": {"listen": f"127.0.0.1:{web_port or free_port()}", "cert": str(cert_dir / "sim.crt"),
+                "key": str(cert_dir / "sim.key"), "metrics": "auth"},
+    }
+    path = tmp / "keel.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Service:
+    process: subprocess.Popen
+    log: Path
+    config: Path
+
+    def stop(self, sig: str = "TERM") -> None:
+        if self.process.poll() is None:
+            if sig == "KILL":
+                self.process.kill()
+            else:
+                self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+def _start(kind: str, config: Path) -> Service:
+    log = config.parent / f"{kind}.log"
+    handle = open(log, "w")
+    process = subprocess.Popen([sys.executable, "-m", "keel", kind, "--config", str(config)],
+                               stdout=handle, stderr=subprocess.STDOUT, env=python_env(), start_new_session=True)
+    handle.close()
+    return Service(process, log, config)
+
+
+def start_engine(config: Path) -> tuple[Service, EngineClient]:
+    service = _start("engine", config)
+    data = yaml.safe_load(config.read_text())
+    client = EngineClient(data["engine"]["socket"], timeout_s=60)
+    deadline = time.monotonic() + 30
+    while not client.available():
+        if service.process.poll() is not None or time.monotonic() > deadline:
+            service.stop("KILL")
+            raise AssertionError(f"keel engine did not start:\n{service.log_text()}")
+        time.sleep(0.1)
+    return service, client
+
+
+def start_web(config: Path) -> tuple[Service, str]:
+    service = _start("web", config)
+    data = yaml.safe_load(config.read_text())
+    url = f"https://{data['web']['listen']}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(url + "/", verify=data["web"]["cert"], timeout=2)
+            return service, url
+        except requests.RequestException:
+            if service.process.poll() is not None or time.monotonic() > deadline:
+                service.stop("KILL")
+                raise AssertionError(f"keel web did not start:\n{service.log_text()}") from None
+            time.sleep(0.1)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, step: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("timed out waiting")
