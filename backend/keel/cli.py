@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from keel import cli_balance, cli_service
     cli_balance.add_parsers(sub, _add_connection)
+    from keel import cli_runners
+    cli_runners.add_parsers(sub, _add_connection)
     cli_service.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
@@ -244,6 +246,16 @@ COMMANDS = {"status": cmd_status, "sim": cmd_sim, "demo": cmd_demo,
             **{name: _balance_command(name) for name in
                ("plan", "apply", "maintenance", "best-node", "balance", "history")}}
 COMMANDS["import-proxlb"] = cmd_import_proxlb
+
+
+def _runners_command(name: str) -> Any:
+    def run(args: argparse.Namespace, env: Env) -> int:
+        from keel import cli_runners
+        return cli_runners.COMMANDS[name](args, env)
+    return run
+
+
+COMMANDS.update({name: _runners_command(name) for name in ("runners", "import-rungar")})
 
 
 def _service_command(name: str) -> Any:

@@ -28,6 +28,8 @@ from keel.balance import settings as balance_settings
 from keel.balance.settings import BalancingSettings
 from keel.engine.settings import EngineSettings, WebSettings, read_engine, read_web
 from keel.pve.client import DEFAULT_TIMEOUT_S, Target
+from keel.runners import settings as runner_settings
+from keel.runners.settings import RunnersSettings
 from keel.validate import Problems, Reader
 
 DEFAULT_CONFIG_FILE = Path("/etc/pve/keel/keel.yaml")
@@ -53,6 +55,7 @@ class Config:
     balancing: BalancingSettings = BalancingSettings()
     engine: EngineSettings = EngineSettings()
     web: WebSettings = WebSettings()
+    runners: RunnersSettings = RunnersSettings()
     source: str = "(defaults)"
 
 
@@ -76,9 +79,10 @@ def parse(data: Any, source: str = "config") -> Config:
     balancing = balance_settings.read(top.mapping("balancing"))
     engine = read_engine(top.mapping("engine"))
     web = read_web(top.mapping("web"))
+    runners = runner_settings.read(top.mapping("runners"))
     top.done()
     problems.raise_if_any()
-    return Config(proxmox=proxmox, balancing=balancing, engine=engine, web=web, source=source)
+    return Config(proxmox=proxmox, balancing=balancing, engine=engine, web=web, runners=runners, source=source)
 
 
 def _proxmox(r: Reader) -> ProxmoxSettings:

@@ -18,7 +18,7 @@ ALLOWED = {
     "units": {"units", "errors"},
     "validate": {"validate", "errors", "units"},
     "pve": {"pve", "model", "errors", "units", "validate"},
-    "config": {"config", "pve", "balance", "errors", "units", "validate", "engine"},
+    "config": {"config", "pve", "balance", "runners", "errors", "units", "validate", "engine"},
     "schedule": {"schedule", "validate", "errors", "units"},
     "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate"},
     "words": {"words"},
@@ -29,6 +29,8 @@ ALLOWED = {
     "engine": {"engine", "balance", "pve", "runners", "config", "store", "model", "words", "schedule",
                "errors", "units", "validate", "plan_view", "status_view"},
     "web": {"web", "engine", "pve", "config", "errors", "units", "validate"},
+    "runners": {"runners", "pve", "model", "schedule", "words", "errors", "units",
+                "validate"},
     "sim": {"sim", "errors", "units", "validate", "balance", "model"},
 }
 # Third-party modules only some parts may import.
