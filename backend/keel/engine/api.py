@@ -63,6 +63,12 @@ def create_app(engine: Engine) -> Flask:
     app = Flask("keel.engine")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
+    @app.before_request
+    def limit() -> Response | None:
+        if (request.content_length or 0) > MAX_BODY:      # before reading a byte of it
+            return fail(413, f"request body over {MAX_BODY // 1024} KiB")
+        return None
+
     @app.errorhandler(KeelError)
     def keel_error(err: KeelError) -> Response:
         extra = {"leader": err.leader} if isinstance(err, NotLeaderError) else {}

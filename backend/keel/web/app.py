@@ -133,6 +133,8 @@ def create_app(config: cfg.Config) -> Flask:
         origin = request.headers.get("Origin")
         if origin and not allowed_origin(origin):
             return envelope(403, f"origin {origin} is not allowed; Keel answers its node's own UI only")
+        if (request.content_length or 0) > MAX_BODY:      # before reading a byte of it
+            return envelope(413, f"request body over {MAX_BODY // 1024} KiB")
         if request.method == "OPTIONS":
             response = Response(status=204)
             response.headers["Access-Control-Allow-Methods"] = ALLOW_METHODS
