@@ -47,3 +47,15 @@ NODE_DOWN = "node down"
 CONFLICT = "conflict"               # rules contradict each other
 LIMIT = "limit"                     # the plan's move or byte budget is spent
 NO_SAFE_ORDER = "no safe order"     # the moves cannot be ordered without overcommitting
+
+# Runner scale sets and providers (`keel runners status`).
+LISTENING = "LISTENING"             # holds its message session with GitHub: all is well
+HOLDING_BACK = "HOLDING BACK"       # a higher-priority scale set keeps it off a provider it found full
+BACKING_OFF = "BACKING OFF"         # skipping a provider that refused it, until a time
+OFF_SCHEDULE = "OFF SCHEDULE"       # a schedule window with max_runners 0 is in force
+STARTING = "STARTING"               # no session yet (GitHub not answered yet)
+UNREACHABLE = "UNREACHABLE"         # GitHub, or the provider, cannot be reached
+HELD = "HELD"                       # provider: a scale set's hold keeps lower priorities off it
+OK = "OK"                           # provider: taking runners
+DISABLED = "DISABLED"               # provider: disabled in the config
+RUNNER_STATES = ("creating", "starting", "idle", "busy", "removing")

@@ -118,6 +118,10 @@ class Cluster:
         for node in self.nodes.values():
             if node.spec.maintenance:
                 self.ha.node_maintenance(node.name, True)
+        self.github = None
+        if scenario.github is not None:
+            from keel.sim.github.state import FakeGitHub   # late: it schedules on this cluster
+            self.github = FakeGitHub(self, scenario.github)
 
     # -- options -----------------------------------------------------------------
 
@@ -319,9 +323,13 @@ class Cluster:
 
     # -- request log -------------------------------------------------------------
 
-    def log_request(self, method: str, path: str, user: str | None, status: int) -> None:
-        self.requests.append({"seq": next(self.request_seq), "time": self.t, "method": method,
-                              "path": path, "user": user, "status": status})
+    def log_request(self, method: str, path: str, user: str | None, status: int,
+                    params: dict[str, Any] | None = None) -> None:
+        entry = {"seq": next(self.request_seq), "time": self.t, "method": method,
+                 "path": path, "user": user, "status": status}
+        if params:
+            entry["params"] = params
+        self.requests.append(entry)
         if len(self.requests) > 100000:
             del self.requests[:50000]
 

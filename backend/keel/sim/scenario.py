@@ -116,7 +116,8 @@ def _read(top: Reader, problems: Problems) -> Scenario:
 
     users, roles, acl = _access(top, problems)
     faults = _faults(top.mapping("faults"), problems)
-    github = top.raw("github", {}) or {}
+    from keel.sim.github import scenario as github_scenario
+    github = github_scenario.read(top.mapping("github")) if top.has("github") else None
 
     local_node = top.get("local_node", str, node_names[0] if node_names else "")
     if node_names and local_node not in node_names:
@@ -145,7 +146,7 @@ def _read(top: Reader, problems: Problems) -> Scenario:
         nodes=nodes, guests=guests, storages=storages, pools=pools,
         ha_rules=rules, ha_groups=groups, cluster_options=options,
         users=users, roles=roles, acl=acl, profiles=profiles, faults=faults,
-        github=github if isinstance(github, dict) else {},
+        github=github,
     )
 
 

@@ -205,7 +205,7 @@ class Scenario:
     acl: list[Acl]
     profiles: dict[str, Profile]
     faults: Faults
-    github: dict[str, Any] = field(default_factory=dict)
+    github: Any = None              # sim.github.scenario.GitHubSpec: the fake GitHub, if any
 
     @property
     def pve_major(self) -> int:

@@ -32,6 +32,8 @@ from keel.sim.errors import ApiError
 log = logging.getLogger("keel.sim")
 
 API_PREFIXES = {"/api2/json": "json", "/api2/extjs": "extjs"}
+# Parameters of writes kept in the request log: what a test needs to follow guests (never secrets).
+LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "cores", "memory")
 UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/access/domains")}
 
 
@@ -54,6 +56,9 @@ class SimApp:
                 return self.api(request, path[len(prefix):] or "/", fmt)
         if path.startswith("/_sim/") or path == "/_sim":
             return control(self.cluster, request)
+        from keel.sim.github import http as github_http
+        if github_http.handles(path):
+            return github_http.dispatch(self.cluster, request)
         return _json_response(501, {"data": None}, f"Method '{request.method} {path}' not implemented")
 
     # -- the PVE API -----------------------------------------------------------------
@@ -66,12 +71,15 @@ class SimApp:
             time.sleep(delay)
         auth: Auth | None = None
         status = 200
+        logged: dict[str, Any] = {}
         with cluster.lock:
             cluster.sync()
             try:
                 auth = self._authenticate(request, method, path)
                 endpoint, path_params = cluster.schema.resolve(method, path)
                 raw = _raw_params(request, method)
+                if method != "GET":
+                    logged = {k: raw[k] for k in LOGGED_PARAMS if k in raw}
                 for key in path_params:
                     raw[key] = urllib.parse.unquote(path_params[key])
                 if _is_token(request) and not endpoint.allow_token:
@@ -95,7 +103,7 @@ class SimApp:
                 log.exception("internal error in %s %s", method, path)
                 status = 500
                 error = ApiError(500, "internal error in keel sim (see its log)")
-            cluster.log_request(method, path, auth.name if auth else None, status)
+            cluster.log_request(method, path, auth.name if auth else None, status, logged)
         if status == 401 and cluster.auth_delay_s:
             time.sleep(cluster.auth_delay_s)
         if status != 200:

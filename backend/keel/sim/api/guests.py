@@ -300,6 +300,9 @@ def agent_file_write(call: Call) -> None:
         except ValueError:
             raise ApiError(500, "content is not valid base64") from None
     guest.files[call.params["file"]] = content
+    if call.cluster.github is not None:      # a JIT config starts the fake runner agent
+        from keel.sim.github.agent import jit_written
+        jit_written(call.cluster.github, guest, call.params["file"], content)
     return None
 
 

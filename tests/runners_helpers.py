@@ -1,0 +1,226 @@
+"""The runners' test kit: a simulated cluster with a fake GitHub, and a RunnerService on it.
+
+The simulator's clock is stopped; ``Kit.advance`` moves it and the service's clock
+together, so timeouts, backoffs and holds run in simulated time.  ``Kit.settle`` takes
+messages and reconciles until nothing more happens.  ``Kit.assert_clean`` is what every
+runner test ends with: no runner VM and no registration left, and no limit ever exceeded
+according to the simulator's request log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from keel.runners.service import RunnerService
+from keel.runners.settings import parse
+
+TOKEN = "keel@pve!keel=6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f"
+CLIENT_ID = "Iv23liKeelTest0001"
+INSTALLATION = 4242
+GiB = 1024**3
+_KEY: list[Any] = []
+
+
+def app_key() -> Any:
+    if not _KEY:
+        _KEY.append(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    return _KEY[0]
+
+
+def public_pem() -> str:
+    return app_key().public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def write_private_key(path: Path) -> Path:
+    path.write_bytes(app_key().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()))
+    path.chmod(0o600)
+    return path
+
+
+def scenario(nodes: int = 3, memory: str = "64GiB", overhead: str = "4GiB", guests: list | None = None,
+             github: dict | None = None, boot: str = "10s", **extra: Any) -> dict[str, Any]:
+    """A cluster of ``nodes`` with a runner template (9000, on shared storage) and a fake GitHub."""
+    data: dict[str, Any] = {
+        "name": "runners", "seed": 3, "start_time": "2026-03-02T08:00:00Z",
+        "storages": [{"storage": "local", "type": "dir", "content": ["iso", "vztmpl", "backup"]},
+                     {"storage": "ceph", "type": "rbd", "content": ["images", "rootdir"], "shared": True,
+                      "size": "100TiB"}],
+        "nodes": [{"name": f"pve{i + 1}", "cpus": 32, "memory": memory, "overhead_mem": overhead}
+                  for i in range(nodes)],
+        "guests": [{"vmid": 9000, "name": "runner-template", "node": "pve1", "template": True,
+                    "status": "stopped", "memory": "2GiB", "storage": "ceph", "boot": boot}] + (guests or []),
+        "pools": ["runners"],
+        "users": [{"userid": "root@pam", "password": "keel-sim"},
+                  {"userid": "keel@pve", "tokens": [{"id": "keel", "secret": TOKEN.split("=")[1],
+                                                     "privsep": False}]}],
+        "acl": [{"path": "/", "role": "Administrator", "user": "keel@pve"}],
+        "github": {"repos": ["my-org/app"], "long_poll": 0, "connect": "2s",
+                   "apps": [{"client_id": CLIENT_ID, "public_key": public_pem(),
+                             "installations": [{"id": INSTALLATION, "account": "my-org"}]}],
+                   **(github or {})},
+    }
+    data.update(extra)
+    return data
+
+
+def runner_settings(sim: Any, key_path: Path, scale_sets: list[dict], providers: list[dict] | None = None,
+                    **extra: Any) -> Any:
+    data = {"github": {"url": f"{sim.url}/my-org", "app_client_id": CLIENT_ID,
+                       "app_installation_id": INSTALLATION, "app_private_key_path": str(key_path),
+                       "tls": {"ca_file": sim.cert}},
+            "providers": providers or [{"name": "pve", "type": "proxmox",
+                                        "runner": {"template": 9000, "pool": "runners"}}],
+            "scale_sets": scale_sets}
+    data.update(extra)
+    return parse(data)
+
+
+@dataclass
+class SimClock:
+    t: float
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Kit:
+    sim: Any
+    settings: Any
+    clock: SimClock
+    store: Path
+    service: RunnerService
+    log_from: int = 0
+    seen_gh: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- time and the service ---------------------------------------------------------------
+
+    def advance(self, seconds: float) -> None:
+        self.clock.t = self.sim.advance(seconds)
+
+    def step(self, seconds: float = 1.0) -> None:
+        """Messages, then a full pass, then time moves on."""
+        self.service.poll_once()
+        self.service.reconcile_once()
+        self.advance(seconds)
+
+    def settle(self, seconds: float, dt: float = 1.0) -> None:
+        for _ in range(int(seconds / dt)):
+            self.step(dt)
+
+    def restart(self) -> RunnerService:
+        """A new service on the same store and cluster, as after a restart or a leader change."""
+        self.service.close()
+        self.service = RunnerService(self.settings, self.sim.client(TOKEN), self.store, clock=self.clock)
+        return self.service
+
+    # -- the fake GitHub ----------------------------------------------------------------------
+
+    def gh(self, method: str, path: str, body: dict | None = None) -> Any:
+        response = requests.request(method, f"{self.sim.url}/_github/{path}", json=body,
+                                    verify=self.sim.cert, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def queue(self, labels: str | list[str], duration: float = 60, count: int = 1, **extra: Any) -> list[int]:
+        return self.gh("POST", "jobs", {"labels": labels, "duration": duration, "count": count, **extra})["ids"]
+
+    def github_state(self) -> dict[str, Any]:
+        return self.gh("GET", "state")
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        return {j["id"]: j for j in self.github_state()["jobs"]}
+
+    def registrations(self) -> list[dict[str, Any]]:
+        return self.github_state()["runners"]
+
+    def github_requests(self, since: int = 0) -> list[dict[str, Any]]:
+        return self.gh("GET", f"requests?since={since}")
+
+    # -- the cluster ------------------------------------------------------------------------------
+
+    def vms(self) -> dict[int, dict[str, Any]]:
+        """Runner VMs: those tagged keel-runner (or still being cloned from the template)."""
+        rows = self.sim.client(TOKEN).get("/cluster/resources", type="vm")
+        return {r["vmid"]: r for r in rows
+                if "keel-runner" in str(r.get("tags", "")).split(";") or
+                (r.get("lock") == "clone") or re.match(r"^.+-[0-9a-f]{8}$", str(r.get("name", "")))}
+
+    def vms_of(self, scale_set: str) -> list[dict[str, Any]]:
+        return [v for v in self.vms().values() if str(v.get("name", "")).startswith(scale_set + "-")]
+
+    def node_free(self) -> dict[str, int]:
+        rows = self.sim.client(TOKEN).get("/cluster/resources", type="node")
+        return {r["node"]: r["maxmem"] - r["mem"] for r in rows}
+
+    def clones(self, since: int = 0) -> list[dict[str, Any]]:
+        return [r for r in self.sim.requests_log(since)
+                if r["method"] == "POST" and r["path"].endswith("/clone") and r["status"] == 200]
+
+    # -- what every test ends with ---------------------------------------------------------------
+
+    def assert_clean(self, limits: dict[str, int] | None = None, provider_limit: int | None = None) -> None:
+        assert self.vms() == {}, f"runner VMs left: {sorted(self.vms())}"
+        assert self.registrations() == [], f"registrations left: {self.registrations()}"
+        self.assert_limits(limits, provider_limit)
+
+    def assert_limits(self, limits: dict[str, int] | None = None, provider_limit: int | None = None) -> dict[str, int]:
+        """From the simulator's request log: VMs per scale set from clone request to delete
+        request never above its max_runners (and the provider's), whatever happened."""
+        limits = limits if limits is not None else {s.name: s.max_runners for s in self.settings.scale_sets}
+        alive: dict[int, str] = {}
+        count: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        total_peak = 0
+        for r in self.sim.requests_log(0):
+            if r["status"] != 200:
+                continue
+            if r["method"] == "POST" and r["path"].endswith("/clone"):
+                name = r["params"]["name"]
+                scale_set = name.rsplit("-", 1)[0]
+                alive[int(r["params"]["newid"])] = scale_set
+                count[scale_set] = count.get(scale_set, 0) + 1
+                peak[scale_set] = max(peak.get(scale_set, 0), count[scale_set])
+                total_peak = max(total_peak, len(alive))
+                assert count[scale_set] <= limits.get(scale_set, 10**9), \
+                    f"{scale_set}: {count[scale_set]} VMs at once (max {limits[scale_set]}) at {r['time']}"
+                if provider_limit is not None:
+                    assert len(alive) <= provider_limit, f"{len(alive)} VMs on the provider at {r['time']}"
+            match = re.fullmatch(r"/nodes/[^/]+/qemu/(\d+)", r["path"])
+            if r["method"] == "DELETE" and match and int(match.group(1)) in alive:
+                scale_set = alive.pop(int(match.group(1)))
+                count[scale_set] -= 1
+        return peak
+
+
+def make_kit(sim_factory: Any, tmp_path: Path, scale_sets: list[dict], scenario_data: dict | None = None,
+             providers: list[dict] | None = None, **extra: Any) -> Kit:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    sim = sim_factory(scenario_data or scenario())
+    key = write_private_key(tmp_path / "app.pem")
+    settings = runner_settings(sim, key, scale_sets, providers, **extra)
+    clock = SimClock(sim.control("GET", "state")["time"])
+    store = tmp_path / "keel.db"
+    service = RunnerService(settings, sim.client(TOKEN), store, clock=clock)
+    return Kit(sim, settings, clock, store, service)
+
+
+def kit_fixture(sim_factory: Any, tmp_path: Path) -> Any:
+    """For a module's ``kits`` fixture: ``make(scale_sets, ...)`` kits, all closed at the end."""
+    made: list[Kit] = []
+
+    def make(scale_sets: list[dict], scenario_data: dict | None = None, **extra: Any) -> Kit:
+        kit = make_kit(sim_factory, tmp_path / f"kit{len(made)}", scale_sets, scenario_data, **extra)
+        made.append(kit)
+        return kit
+    return make, made
