@@ -1,4 +1,6 @@
-"""Hand-made clusters for the planner's tests: ``cluster(nodes, guests)`` → Snapshot."""
+"""Hand-made clusters for the planner's tests: ``cluster(nodes, guests)`` → Snapshot; and
+``violations(snapshot, config, plan)``, the replay of a plan's waves that the property
+tests and the planner benchmark both check every intermediate state with."""
 
 from __future__ import annotations
 
@@ -67,3 +69,66 @@ def rule_node_affinity(name, sids, nodes, strict=False):
 
 def rule_resource_affinity(name, sids, affinity):
     return HaRule(name, "resource-affinity", tuple(sids), affinity=affinity)
+
+
+def violations(snapshot, config, plan):
+    """Replay a plan's waves on ``snapshot`` and list every rule or memory limit it breaks,
+    in any state on the way (empty if none).  Rules are read from the tags
+    (``plb_anti_affinity_*``, ``plb_pin_*``, ``keel-affinity-*``, ``keel-ignore``) and
+    ``config.maintenance``; memory is held on both nodes while a guest moves and must stay
+    under ``maxmem × (1 − headroom)``.  Shared by the property tests and the benchmark."""
+    found = []
+    guests = snapshot.guests
+    cap = {n: node.maxmem * (1 - config.headroom) for n, node in snapshot.nodes.items()}
+    used = {n: float(node.mem) for n, node in snapshot.nodes.items()}
+    where = {v: g.node for v, g in guests.items()}
+    moving = {m.vmid for m in plan.moves}
+    anti = {v: {t for t in guests[v].tags if t.startswith("plb_anti_affinity_")} for v in moving}
+    pins = {v: {t[len("plb_pin_"):] for t in guests[v].tags if t.startswith("plb_pin_")} for v in moving}
+    anti_on: dict = {}          # node -> anti-affinity tag -> guests there
+    for v, g in guests.items():
+        for tag in g.tags:
+            if tag.startswith("plb_anti_affinity_"):
+                anti_on.setdefault(g.node, {}).setdefault(tag, set()).add(v)
+    for move in plan.moves:
+        g = guests[move.vmid]
+        if g.template or g.lock or "keel-ignore" in g.tags:
+            found.append(f"moved a guest that must stay: {move}")
+        if move.target in config.maintenance:
+            found.append(f"moved onto a node in maintenance: {move}")
+        if pins[move.vmid] and move.target not in pins[move.vmid]:
+            found.append(f"moved off its pins: {move}")
+    for wave in sorted({m.wave for m in plan.moves}):
+        batch = [m for m in plan.moves if m.wave == wave]
+        incoming: dict = {}
+        for move in batch:
+            # memory: held on both nodes while it moves
+            incoming[move.target] = incoming.get(move.target, 0.0) + move.mem_bytes
+            if used[move.target] + incoming[move.target] > cap[move.target] + 1:
+                found.append(f"wave {wave}: {move.target} over its memory limit: {move}")
+            # anti-affinity: nobody of its groups there, now or arriving in this wave
+            for tag in anti[move.vmid]:
+                if anti_on.get(move.target, {}).get(tag, set()) - {move.vmid}:
+                    found.append(f"wave {wave}: {move.vmid} joins its {tag} group on {move.target}")
+            for other in batch:
+                if other is not move and other.target == move.target and anti[move.vmid] & anti[other.vmid]:
+                    found.append(f"wave {wave}: {move.vmid} and {other.vmid} arrive together on {move.target}")
+        for move in batch:
+            used[move.source] -= move.mem_bytes
+            used[move.target] += move.mem_bytes
+            for tag in anti[move.vmid]:
+                anti_on.get(where[move.vmid], {}).get(tag, set()).discard(move.vmid)
+                anti_on.setdefault(move.target, {}).setdefault(tag, set()).add(move.vmid)
+            where[move.vmid] = move.target
+    # bundles that moved ended together
+    groups: dict = {}
+    for v, g in guests.items():
+        for tag in g.tags:
+            if tag.startswith("keel-affinity-"):
+                groups.setdefault(tag, set()).add(v)
+    for tag, members in groups.items():
+        if members & moving and all(not guests[v].lock and "keel-ignore" not in guests[v].tags
+                                    and not guests[v].template for v in members):
+            if len({where[v] for v in members}) != 1:
+                found.append(f"affinity {tag} ends split: {sorted((v, where[v]) for v in members)}")
+    return found

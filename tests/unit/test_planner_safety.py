@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from balance_helpers import GiB, cluster, node, vm
-from keel import words
+from balance_helpers import cluster, node, violations, vm
 from keel.balance.balancer import make_plan
 from keel.balance.history import History
 from keel.balance.settings import BalancingSettings, Limits
@@ -46,49 +45,8 @@ def clusters(draw):
 
 
 def check(snapshot, config, plan):
-    guests = snapshot.guests
-    cap = {n: node.maxmem * (1 - config.headroom) for n, node in snapshot.nodes.items()}
-    used = {n: float(node.mem) for n, node in snapshot.nodes.items()}
-    where = {v: g.node for v, g in guests.items()}
-    anti = {v: {t for t in g.tags if t.startswith("plb_anti_affinity_")} for v, g in guests.items()}
-    pins = {v: {t[len("plb_pin_"):] for t in g.tags if t.startswith("plb_pin_")} for v, g in guests.items()}
-    for move in plan.moves:
-        g = guests[move.vmid]
-        assert not g.template and not g.lock and "keel-ignore" not in g.tags, move
-        assert move.target not in config.maintenance, move
-        if pins[move.vmid] and move.reason != words.PARK:
-            assert move.target in pins[move.vmid], move
-        if move.reason == words.PARK:
-            assert not pins[move.vmid] or move.target in pins[move.vmid], move
-    for wave in sorted({m.wave for m in plan.moves}):
-        batch = [m for m in plan.moves if m.wave == wave]
-        incoming: dict[str, float] = {}
-        for move in batch:
-            # memory: held on both nodes while it moves
-            incoming[move.target] = incoming.get(move.target, 0.0) + move.mem_bytes
-            assert used[move.target] + incoming[move.target] <= cap[move.target] + 1, (wave, move)
-            # anti-affinity: nobody of its groups there, now or arriving in this wave
-            for other, node_name in where.items():
-                if other != move.vmid and node_name == move.target:
-                    assert not (anti[move.vmid] & anti[other]), (wave, move, other)
-            for other in batch:
-                if other is not move and other.target == move.target:
-                    assert not (anti[move.vmid] & anti[other.vmid]), (wave, move, other)
-        for move in batch:
-            used[move.source] -= move.mem_bytes
-            used[move.target] += move.mem_bytes
-            where[move.vmid] = move.target
-    # bundles that moved ended together
-    groups: dict[str, set[str]] = {}
-    moved = {m.vmid for m in plan.moves}
-    for v, g in guests.items():
-        for tag in g.tags:
-            if tag.startswith("keel-affinity-"):
-                groups.setdefault(tag, set()).add(v)
-    for members in groups.values():
-        if members & moved and all(not guests[v].lock and "keel-ignore" not in guests[v].tags
-                                   and not guests[v].template for v in members):
-            assert len({where[v] for v in members}) == 1, members
+    problems = violations(snapshot, config, plan)
+    assert not problems, problems
 
 
 @given(clusters())
