@@ -138,13 +138,16 @@ def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
                 continue
             if mine not in vm.tags and not svc.name_pattern.match(vm.name):
                 continue
+            if not _acting(svc, svc.scale_set_of(vm.name) or ""):
+                continue                     # another Keel holds its scale set's session
             try:
                 data = read_description(provider.config(vm.node, vm.vmid).get("description"))
             except KeelError as err:
                 log.warning("cannot read VM %s to adopt it: %s", vm.vmid, err)
                 continue
             if not data or data.get("installation") != svc.installation or \
-                    svc.settings.scale_set(str(data.get("scale_set"))) is None:
+                    svc.settings.scale_set(str(data.get("scale_set"))) is None or \
+                    not _acting(svc, str(data.get("scale_set"))):
                 continue
             runner = Runner(str(data.get("name") or vm.name), str(data["scale_set"]), provider_name,
                             node=vm.node, vmid=vm.vmid, runner_id=data.get("runner_id"),
@@ -217,6 +220,8 @@ def _registration(svc: "RunnerService", runner: Runner, now: float) -> None:
         runner.missing_since = runner.missing_since or svc.listing_at
         return
     runner.missing_since = None
+    if runner.runner_id is None and reg.get("id") is not None:      # adopted without it
+        runner.runner_id = int(reg["id"])
     if reg.get("status") == "online":
         runner.connected_at = runner.connected_at or now
         runner.offline_since = None

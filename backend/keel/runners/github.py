@@ -295,7 +295,7 @@ class GitHubClient:
               body: Any = None, params: dict[str, Any] | None = None,
               timeout: float | None = None) -> requests.Response:
         now = self.clock()
-        until = self._blocked.get(kind, 0.0)
+        until = self.blocked_until            # one limit for all of GitHub: never hammer it
         if now < until:
             raise RateLimited(f"GitHub asked Keel to wait; no calls until {until - now:.0f} s from now",
                               until)

@@ -72,13 +72,14 @@ class Placement:
     # -- backoff ----------------------------------------------------------------------------
 
     def refused(self, scale_set: str, priority: int, provider: str, kind: str, now: float,
-                message: str = "") -> Backoff:
+                message: str = "", holds: bool = True) -> Backoff:
+        """A refusal; ``holds``: whether any scale set of lower priority uses the provider."""
         previous = self.backoffs.get((scale_set, provider))
         refusals = previous.refusals + 1 if previous else 1
         wait = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (refusals - 1))
         backoff = Backoff(refusals, now + wait, kind, message)
         self.backoffs[(scale_set, provider)] = backoff
-        if kind == FULL:
+        if kind == FULL and holds:
             self.hold(scale_set, priority, provider, now)
         return backoff
 

@@ -50,6 +50,7 @@ log = logging.getLogger("keel.runners")
 IN_FLIGHT_STEP_S = 0.25        # how often runners being created or removed are stepped
 STOP_GRACE_S = 60.0
 ERROR_WAIT_S = 5.0
+MIN_POLL_S = 0.5
 
 
 class RunnerService:
@@ -104,8 +105,10 @@ class RunnerService:
     # -- the interface the engine hosts ------------------------------------------------------------
 
     def adopt(self) -> None:
-        """Find this installation's runner VMs by their tags and take them over."""
+        """Find this installation's runner VMs by their tags and take them over (for the scale
+        sets whose message session this service holds: it opens them first)."""
         with self.lock:
+            self.ensure_github()
             views = {}
             for name, provider in self.providers.items():
                 try:
@@ -126,7 +129,11 @@ class RunnerService:
         threads); the number of messages taken in."""
         taken = 0
         for name in list(self.sets):
-            message = self._poll(name)
+            try:
+                message = self._poll(name)
+            except KeelError as err:
+                log.info("scale set %s: no message: %s", name, err)
+                continue
             if message is not None:
                 with self.lock:
                     self._take_message(name, message)
@@ -167,9 +174,7 @@ class RunnerService:
 
     def status(self) -> dict[str, Any]:
         with self.lock:
-            if not self._status:
-                self._snapshot(save=False)
-            return dict(self._status)
+            return status_view.snapshot(self)
 
     def metrics(self) -> str:
         """The Prometheus text exposition of the runners' metrics."""
@@ -227,7 +232,10 @@ class RunnerService:
         if ss is None:
             return
         now = self.clock()
-        backoff = self.placement.refused(ss.name, ss.priority, provider, refusal.kind, now, refusal.message)
+        lower = any(other.priority < ss.priority and other.provider(provider) is not None
+                    for other in self.settings.scale_sets)
+        backoff = self.placement.refused(ss.name, ss.priority, provider, refusal.kind, now, refusal.message,
+                                         holds=lower)
         self.refusals[provider] = (now, ss.name, refusal.kind, refusal.message)
         self.meters.inc("keel_provider_refusals_total",
                                   {"provider": provider, "scale_set": ss.name, "kind": refusal.kind})
@@ -302,6 +310,7 @@ class RunnerService:
             if self.sets[name].session is None:
                 stop.wait(0.5)
                 continue
+            asked = time.monotonic()
             try:
                 message = self._poll(name)
             except RateLimited as err:
@@ -311,6 +320,8 @@ class RunnerService:
                 stop.wait(ERROR_WAIT_S)
                 continue
             if message is None:
+                # GitHub holds a poll ~50 s; an answer much sooner is not a reason to ask at once
+                stop.wait(max(0.0, MIN_POLL_S - (time.monotonic() - asked)))
                 continue
             taken = threading.Event()
             self._inbox.put(("message", name, message, taken))
@@ -382,7 +393,8 @@ class RunnerService:
     # -- loop helpers --------------------------------------------------------------------------------
 
     def _in_flight(self) -> bool:
-        return any(r.phase in CREATING or r.phase in REMOVING for r in self.runners.values())
+        """Runners being created or removed, or done with their job: stepped often."""
+        return any(r.phase in CREATING or r.phase in REMOVING or r.done for r in self.runners.values())
 
     def _settle(self, stop: threading.Event) -> None:
         """Carry runners being created or removed to a resting point; create nothing new."""

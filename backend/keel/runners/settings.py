@@ -142,7 +142,7 @@ def _github_url(value: str) -> str | None:
 
 def _host_port(value: str) -> str | None:
     host, _, port = value.rpartition(":")
-    return None if host and port.isdigit() and 0 < int(port) < 65536 else \
+    return None if host and port.isdigit() and 0 <= int(port) < 65536 else \
         f"expected host:port such as 127.0.0.1:9102, got {value!r}"
 
 

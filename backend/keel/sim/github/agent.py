@@ -23,6 +23,8 @@ from typing import Any
 
 from keel.sim.github.state import FakeGitHub, Job, Runner
 
+HEARTBEAT_S = 10.0         # how often GitHub hears from a busy runner
+
 
 def jit_written(fake: FakeGitHub, guest: Any, path: str, content: str) -> None:
     """The guest agent wrote ``content`` to ``path`` in ``guest``: a runner starts if it is a JIT."""
@@ -102,6 +104,17 @@ def start_job(fake: FakeGitHub, runner: Runner, job: Job, quiet: bool = False) -
         fake.cluster.schedule(fake.now + job.duration_s / 2, lambda: _crash(fake, runner, job))
     else:
         fake.cluster.schedule(fake.now + job.duration_s, lambda: _finish(fake, runner, job))
+    fake.cluster.schedule(fake.now + HEARTBEAT_S, lambda: _heartbeat(fake, runner, job))
+
+
+def _heartbeat(fake: FakeGitHub, runner: Runner, job: Job) -> None:
+    """A busy runner whose VM was stopped or deleted under it stops answering: GitHub notices."""
+    if job.status != "in_progress" or runner.status != "online" or job.runner_id != runner.id:
+        return
+    if _vm(fake, runner) is None:
+        _lost(fake, runner, job)
+        return
+    fake.cluster.schedule(fake.now + HEARTBEAT_S, lambda: _heartbeat(fake, runner, job))
 
 
 def _finish(fake: FakeGitHub, runner: Runner, job: Job) -> None:
@@ -133,6 +146,8 @@ def _crash(fake: FakeGitHub, runner: Runner, job: Job) -> None:
 
 def _lost(fake: FakeGitHub, runner: Runner, job: Job) -> None:
     """The runner stopped answering mid-job: offline at once, the job failed after a while."""
+    if runner.status == "offline":
+        return
     runner.status = "offline"
     fake.notify()
 

@@ -1,0 +1,111 @@
+"""After a restart or a leader change Keel adopts its runner VMs by their tags and loses track
+of none; one message session per scale set, so a second Keel stands by and touches nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from keel.runners.service import RunnerService
+from runners_helpers import TOKEN, kit_fixture, scenario
+
+SMALL = {"name": "keel-c2-m4", "max_runners": 4, "start_timeout": "60s",
+         "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
+FAST = {"lost_runner": "60s", "session_timeout": "60s"}
+
+
+@pytest.fixture
+def kit(sim_factory, tmp_path):
+    make, made = kit_fixture(sim_factory, tmp_path)
+    kit = make([SMALL], scenario(github=FAST))
+    yield kit
+    for k in made:
+        k.service.close()
+
+
+def run_until_clean(kit, limit: int = 300) -> None:
+    for _ in range(limit):
+        kit.step(1)
+        if all(j["status"] == "completed" for j in kit.jobs().values()) and not kit.vms() \
+                and not kit.registrations() and not kit.service.runners:
+            return
+    raise AssertionError("it never settled")
+
+
+def tracked(kit) -> set[int]:
+    return {r.vmid for r in kit.service.runners.values()}
+
+
+def test_a_restart_picks_up_where_it_left(kit):
+    kit.step()
+    kit.queue("keel-c2-m4", duration=60, count=3)
+    kit.settle(20)
+    assert len(kit.vms()) == 3 and {r["state"] for r in kit.service.status()["runners"]} == {"busy"}
+    kit.restart()                                    # same store, sessions closed cleanly
+    kit.step()
+    assert tracked(kit) == set(kit.vms())
+    assert {r["state"] for r in kit.service.status()["runners"]} == {"busy"}
+    run_until_clean(kit)
+    assert kit.service.meters.count("keel_runners_removed_total", reason="job_completed") == 3
+    kit.assert_clean()
+
+
+def test_a_new_leader_adopts_the_vms_by_their_tags(kit, tmp_path):
+    kit.step()
+    kit.queue("keel-c2-m4", duration=60, count=2)
+    kit.settle(20)
+    vms = set(kit.vms())
+    kit.service.close()
+    other = RunnerService(kit.settings, kit.sim.client(TOKEN), tmp_path / "other-node.db", clock=kit.clock,
+                          owner="keel@pve2")
+    kit.service = other
+    kit.step()
+    assert tracked(kit) == vms
+    assert all(r["adopted"] for r in other.status()["runners"])
+    events = [e["kind"] for e in other.store.events(10)]
+    assert events.count("adopted") == 2
+    run_until_clean(kit)
+    kit.assert_clean()
+
+
+def test_a_crash_mid_creation_loses_nothing(kit, tmp_path):
+    kit.step()
+    kit.queue("keel-c2-m4", duration=30, count=2)
+    kit.step(0)
+    while {r["phase"] for r in kit.service.status()["runners"]} != {"boot"}:
+        kit.step(1)                                  # VMs booting: their JIT configs are in memory only
+    assert len(kit.vms()) == 2 and all(v["status"] == "running" for v in kit.vms().values())
+    crashed = kit.service                            # no close(): its sessions stay open on GitHub
+    kit.service = RunnerService(kit.settings, kit.sim.client(TOKEN), tmp_path / "after-crash.db",
+                                clock=kit.clock, owner="keel@pve3")
+    kit.step()
+    assert kit.service.status()["scale_sets"][0]["state"] == "STANDBY"    # the old session is alive
+    assert tracked(kit) == set()                     # not its scale set yet: touched not
+    run_until_clean(kit)                             # the session times out; the adopted VMs that never
+    assert kit.service.meters.count("keel_runners_removed_total", reason="never_connected") == 2
+    assert all(j["result"] == "succeeded" for j in kit.jobs().values())  # got their JIT go; new ones run
+    assert kit.service.meters.count("keel_runners_created_total") == 2
+    kit.assert_clean()
+    crashed.store.close()
+
+
+def test_a_second_keel_stands_by_and_touches_nothing(kit, tmp_path):
+    kit.step()
+    second = RunnerService(kit.settings, kit.sim.client(TOKEN), tmp_path / "second.db", clock=kit.clock,
+                           owner="keel@pve2")
+    try:
+        second.reconcile_once()
+        kit.queue("keel-c2-m4", duration=20, count=2)
+        for _ in range(30):
+            kit.step(1)
+            second.poll_once()
+            second.reconcile_once()
+        assert second.status()["scale_sets"][0]["state"] == "STANDBY"
+        assert [e["kind"] for e in second.store.events(10)] == ["standby"]
+        clones = kit.clones()
+        assert len(clones) == 2 and all(c["user"] == "keel@pve!keel" for c in clones)
+        assert {r.name for r in kit.service.runners.values()} >= {c["params"]["name"] for c in clones} or \
+            not kit.service.runners
+    finally:
+        second.close()
+    run_until_clean(kit)
+    kit.assert_clean()

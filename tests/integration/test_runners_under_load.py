@@ -1,0 +1,147 @@
+"""The seed's "Under load" walk-through (rungar-proxmox-sizes.txt), replayed step by step.
+
+Three nodes of 64 GiB with about 60 GiB for VMs; the seed's three sizes (2c/4 GiB ×16,
+4c/8 GiB ×8, 8c/16 GiB ×3 at priority 10).  A busy Saturday afternoon: two large, sixteen
+small and eight medium jobs running, 160 GiB between them, the nodes with 7, 6 and 6 GiB
+free.  Keel starts on that cluster and adopts the 26 runner VMs by their tags.
+
+1. A third large build is queued: refused as full, saying what each node has free.
+2. The large size holds the others back: pve HELD, small and medium HOLDING BACK.
+3. A medium job finishes on pve2 (14 GiB free there); another medium job is queued, and waits.
+4. A small job finishes on pve2 (18 GiB): the large runner is cloned there, and nothing
+   smaller before it.
+5. Its hold ends; the medium job gets a runner from the next room to free.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from keel.runners.record import Runner, description
+from keel.runners.settings import parse
+from runners_helpers import GiB, kit_fixture, scenario
+
+SEED = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "fixtures" / "rungar" /
+                       "several-sizes.yaml").read_text())
+SIZES = {"S": ("rungar-c2-m4", 2, 4), "M": ("rungar-c4-m8", 4, 8), "L": ("rungar-c8-m16", 8, 16)}
+LAYOUT = {"pve1": "L" + "M" * 2 + "S" * 5, "pve2": "L" + "M" * 3 + "S" * 3, "pve3": "M" * 3 + "S" * 8}
+INSTALLATION = "under-load"
+SATURDAY_AFTERNOON = "2026-03-07T13:00:00Z"          # 15:00 in Vilnius: no reserve window
+
+
+def under_load_scenario() -> dict:
+    installation = parse({**_settings_data("https://x/my-org"), "installation": INSTALLATION}).installation_id
+    guests = [{"vmid": 150, "name": "dns", "node": "pve1", "memory": "1GiB", "mem_used": 1.0},
+              {"vmid": 151, "name": "ci-cache", "node": "pve2", "memory": "2GiB", "mem_used": 1.0}]
+    runners, jobs = [], []
+    vmid = 200
+    for node, sizes in LAYOUT.items():
+        for size in sizes:
+            scale_set, cores, gib = SIZES[size]
+            name = f"{scale_set}-{vmid:08x}"
+            record = Runner(name, scale_set, "pve", runner_id=None, created_at=1772880000.0 - 1200)
+            guests.append({"vmid": vmid, "name": name, "node": node, "cpus": cores, "memory": f"{gib}GiB",
+                           "mem_used": 1.0, "storage": "ceph", "pool": "runners",
+                           "tags": ["keel-runner", f"keel-runner-{installation}"],
+                           "description": description(record, installation)})
+            runners.append({"name": name, "scale_set": scale_set, "vmid": vmid})
+            jobs.append({"repo": "my-org/app", "labels": [scale_set], "duration": "2h", "runner": name})
+            vmid += 1
+    data = scenario(nodes=3, guests=guests, start_time=SATURDAY_AFTERNOON,
+                    github={"scale_sets": [{"name": s} for s, _, _ in SIZES.values()],
+                            "runners": runners, "jobs": jobs})
+    data["nodes"][2]["overhead_mem"] = "2GiB"
+    return data
+
+
+def _settings_data(url: str) -> dict:
+    data = dict(SEED)
+    data["github"] = {"url": url, "token_path": "/unused"}
+    data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
+                          "runner": {"template": 9000, "pool": "runners"}}]
+    return data
+
+
+@pytest.fixture
+def kit(sim_factory, tmp_path):
+    make, made = kit_fixture(sim_factory, tmp_path)
+    kit = make(SEED["scale_sets"], under_load_scenario(), installation=INSTALLATION)
+    yield kit
+    for k in made:
+        k.service.close()
+
+
+def job_of(kit, runner_name: str) -> int:
+    return next(j["id"] for j in kit.github_state()["jobs"] if j["runner_name"] == runner_name)
+
+
+def vm_named(kit, node: str, scale_set: str) -> str:
+    return next(v["name"] for v in kit.vms().values() if v["node"] == node and v["name"].startswith(scale_set + "-"))
+
+
+def scale_set(kit, name: str) -> dict:
+    return next(s for s in kit.service.status()["scale_sets"] if s["name"] == name)
+
+
+def test_under_load_step_by_step(kit):
+    small, medium, large = (s for s, _, _ in SIZES.values())
+    kit.step()
+    status = kit.service.status()
+    assert len(status["runners"]) == 26 and all(r["adopted"] and r["state"] == "busy" for r in status["runners"])
+    assert {n: f // GiB for n, f in kit.node_free().items()} == {"pve1": 7, "pve2": 6, "pve3": 6}
+    assert [(s["name"], s["desired"], s["alive"]) for s in status["scale_sets"]] == [
+        (small, 16, 16), (medium, 8, 8), (large, 2, 2)]
+    assert kit.clones() == []
+
+    # 1. A third large build is queued: pve refuses it as full, saying what each node has free.
+    kit.queue(large, duration=3600)
+    kit.step(0)
+    assert kit.clones() == []
+    pve = kit.service.status()["providers"][0]
+    assert pve["last_refusal"]["kind"] == "full" and pve["last_refusal"]["scale_set"] == large
+    assert "needs 16.0 GiB; free pve1 7.0 GiB, pve2 6.0 GiB, pve3 6.0 GiB" in pve["last_refusal"]["message"]
+    refused_at = kit.clock.t
+
+    # 2. The large size holds the lower ones back: pve HELD, small and medium HOLDING BACK.
+    assert pve["state"] == "HELD" and pve["held_by"][0]["scale_set"] == large
+    assert scale_set(kit, small)["state"] == scale_set(kit, medium)["state"] == "HOLDING BACK"
+    assert scale_set(kit, large)["state"] == "BACKING OFF"
+    assert scale_set(kit, large)["backing_off"][0]["until"] == refused_at + 15
+
+    # 3. A medium job finishes on pve2 and its VM goes: 14 GiB free there, not yet enough.
+    kit.advance(5)
+    kit.gh("POST", f"jobs/{job_of(kit, vm_named(kit, 'pve2', medium))}/finish")
+    kit.settle(4)
+    assert kit.node_free()["pve2"] // GiB == 14 and len(kit.vms_of(medium)) == 7
+    kit.queue(medium, duration=3600)                   # another medium job: it waits, held back
+    kit.settle(7)                                      # the large size tries again at +15: still full
+    assert kit.clones() == []
+    assert scale_set(kit, medium)["state"] == "HOLDING BACK" and scale_set(kit, medium)["desired"] == 8
+    assert kit.service.meters.count("keel_provider_refusals_total", scale_set=large) == 2
+
+    # 4. A small job finishes on pve2 too: 18 GiB free.  The large set tries again once its wait
+    #    (30 s after its second refusal) is up, and its runner is cloned on pve2 before anything
+    #    smaller can take the room.
+    kit.gh("POST", f"jobs/{job_of(kit, vm_named(kit, 'pve2', small))}/finish")
+    kit.settle(4)
+    assert kit.node_free()["pve2"] // GiB == 18
+    while kit.clock.t < refused_at + 44:
+        kit.step(1)
+        assert kit.clones() == [], "nothing is cloned before the large set's wait is up"
+        assert kit.service.status()["providers"][0]["state"] == "HELD"
+    kit.settle(2)
+    [clone] = kit.clones()
+    assert clone["params"]["name"].startswith(large) and clone["params"]["target"] == "pve2"
+    assert clone["time"] == refused_at + 45
+
+    # 5. Once its runner is created the hold ends; the medium job gets a runner from the next room.
+    assert kit.service.status()["providers"][0]["state"] == "OK"
+    assert scale_set(kit, medium)["state"] in ("LISTENING", "BACKING OFF")   # pve full for it now
+    kit.gh("POST", f"jobs/{job_of(kit, vm_named(kit, 'pve3', small))}/finish")
+    kit.settle(20)
+    clones = kit.clones()
+    assert len(clones) == 2 and clones[1]["params"]["name"].startswith(medium)
+    assert clones[1]["params"]["target"] == "pve3"
+    assert kit.service.status()["providers"][0]["state"] == "OK"
+    kit.assert_limits()
