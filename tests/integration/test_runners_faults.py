@@ -164,7 +164,7 @@ def test_github_refuses_to_remove_a_runner_it_just_gave_a_job(kit):
     [job] = kit.queue("keel-c2-m4", duration=30)    # GitHub gives it to the idle runner at once
     assert kit.jobs()[job]["status"] == "in_progress"
     kit.service.settings = changed(kit.settings, paused=True)
-    with kit.service.lock:                            # a light pass: Keel has not heard of the job yet
+    with kit.service.lock:                            # light passes: Keel has not heard of the job yet
         fleet.run_pass(kit.service, full=False)
         fleet.run_pass(kit.service, full=False)
     [runner] = kit.service.status()["runners"]

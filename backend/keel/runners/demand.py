@@ -69,6 +69,7 @@ class SetState:
     jobs: dict[str, JobSeen] = field(default_factory=dict)
     hints: dict[str, float] = field(default_factory=dict)    # job id -> when a webhook announced it
     min_runners: int | None = None
+    excess_since: float | None = None      # more runners than desired since
 
     def assigned(self, now: float) -> int:
         """Jobs assigned and not completed, as of the latest statistics, plus webhook hints newer

@@ -41,6 +41,10 @@ LISTING_EVERY_S = 5.0            # while runners are connecting (Rungar: 5 s, re
 GHOST_GRACE_S = 60.0             # registration gone, VM still running: a ghost after this
 DONE_GRACE_S = 60.0              # job done, VM should power off by itself within this
 UNREACHABLE_S = 300.0            # a provider unreachable this long: its runners are written off
+# Statistics and messages arrive apart: a job's end can show in the statistics a moment before
+# its JobCompleted message frees its runner.  An excess must last this long before an idle
+# runner goes, so that no runner is removed just before its job reaches it (ARC #4000).
+SCALE_DOWN_AFTER_S = 10.0
 
 
 def run_pass(svc: "RunnerService", full: bool) -> None:
@@ -277,7 +281,13 @@ def _scale(svc: "RunnerService", views: dict[str, ClusterView], now: float) -> N
         state.min_runners = w.min_runners
         mine = [r for r in svc.runners.values() if r.scale_set == ss.name]
         alive = [r for r in mine if r.alive]
-        _scale_down(svc, ss, alive, len(alive) - w.desired)
+        excess = len(alive) - w.desired
+        if excess <= 0:
+            state.excess_since = None
+        elif state.excess_since is None:
+            state.excess_since = now
+        elif now - state.excess_since >= SCALE_DOWN_AFTER_S or w.max_runners == 0:
+            _scale_down(svc, ss, alive, excess)
         _replace_one(svc, ss, alive, now)
         alive = [r for r in mine if r.alive]
         counted = sum(1 for r in mine if r.counted)

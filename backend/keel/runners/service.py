@@ -168,9 +168,9 @@ class RunnerService:
                 self._wake.clear()
         finally:
             self._settle(stop)
+            self._close_sessions()            # a poll still waiting on GitHub ends with its session
             for thread in listeners:
                 thread.join(timeout=5)
-            self._close_sessions()
 
     def status(self) -> dict[str, Any]:
         with self.lock:
