@@ -140,6 +140,19 @@ def test_lost_messages_are_made_up_by_the_reconcile_backstop(kit):
     kit.assert_clean()
 
 
+def test_a_lost_job_completed_message_is_made_up_by_the_rest_api(kit):
+    kit.step()
+    [job] = kit.queue("keel-c2-m4", duration=10)
+    kit.settle(20)                                # assigned and started: both messages came
+    kit.gh("POST", "faults", {"lose_messages": 5})
+    run_until(kit, all_done(kit))                 # JobCompleted never comes; the VM powers off
+    kit.settle(70)                                # two reconcile intervals later, GitHub is asked
+    [seen] = kit.service.status()["jobs"]
+    assert (seen["state"], seen["result"]) == ("completed", "succeeded")
+    assert any(r["path"].endswith(f"/actions/jobs/{job}") for r in kit.github_requests())
+    kit.assert_clean()
+
+
 def test_duplicated_messages_change_nothing(kit):
     kit.step()
     kit.gh("POST", "faults", {"duplicate_messages": 10})

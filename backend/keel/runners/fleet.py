@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from keel.errors import KeelError
 from keel.runners import lifecycle
+from keel.runners.demand import epoch
 from keel.runners.github import RateLimited
 from keel.runners.proxmox import ClusterView, Refused
 from keel.runners.record import CREATING, TAG, Runner, read_description
@@ -45,6 +46,7 @@ UNREACHABLE_S = 300.0            # a provider unreachable this long: its runners
 # its JobCompleted message frees its runner.  An excess must last this long before an idle
 # runner goes, so that no runner is removed just before its job reaches it (ARC #4000).
 SCALE_DOWN_AFTER_S = 10.0
+STALE_JOBS_PER_PASS = 10
 
 
 def run_pass(svc: "RunnerService", full: bool) -> None:
@@ -64,6 +66,7 @@ def run_pass(svc: "RunnerService", full: bool) -> None:
             _check(svc, runner, views, now)
     if full:
         _sweep_orphans(svc, now)
+        _stale_jobs(svc, now)
     _scale(svc, views, now)
     for runner in list(svc.runners.values()):
         if runner.name in svc.runners and _acting(svc, runner.scale_set):
@@ -262,6 +265,35 @@ def _sweep_orphans(svc: "RunnerService", now: float) -> None:
     for name in list(svc.orphans):
         if name not in svc.listing and name not in svc.runners:
             svc.orphans.pop(name, None)
+
+
+def _stale_jobs(svc: "RunnerService", now: float) -> None:
+    """Jobs still open here long after their runner went (a lost JobCompleted): asked of GitHub's
+    REST API, a few per pass, so the jobs shown and counted end too."""
+    asked = 0
+    window = 2 * svc.settings.reconcile_interval_s
+    for state in svc.sets.values():
+        for job in list(state.open_jobs()):
+            if asked >= STALE_JOBS_PER_PASS:
+                return
+            runner = svc.runners.get(job.runner or "")
+            if now - job.seen_at < window or (runner is not None and not runner.done) or "/" not in job.repo:
+                continue
+            asked += 1
+            try:
+                data = svc.github.get_job(job.repo, job.job_id)
+            except KeelError as err:
+                log.info("cannot ask GitHub about job %s: %s", job.job_id, err)
+                return
+            if data is None:
+                state.jobs.pop(job.job_id, None)
+            elif data.get("status") == "completed":
+                job.state, job.completed_at = "completed", epoch(data.get("completed_at")) or now
+                job.result = {"success": "succeeded", "failure": "failed", "cancelled": "canceled"}.get(
+                    str(data.get("conclusion")), data.get("conclusion"))
+                svc.store.put_job(job.row())
+            else:
+                job.seen_at = now                       # still going: ask again later
 
 
 # -- 4. scale ------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ log = logging.getLogger("keel.sim")
 
 API_PREFIXES = {"/api2/json": "json", "/api2/extjs": "extjs"}
 # Parameters of writes kept in the request log: what a test needs to follow guests (never secrets).
-LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "cores", "memory")
+LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "storage", "cores", "memory")
 UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/access/domains")}
 
 
