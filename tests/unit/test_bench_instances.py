@@ -110,3 +110,21 @@ def test_the_milp_solves_the_smallest_instance_to_optimality():
     assert ref.peak.objective < before.peak
     assert ref.level is not None and ref.level.keel is not None and ref.level.keel < before.keel
     assert ref.level.peak <= ref.peak.objective + 1e-6
+
+
+def test_keels_plan_on_the_swap_instance_is_carried_out_whole_and_helps():
+    inst = gen.swap()
+    settings = inst.settings(threshold=0.01)
+    plan = make_plan(inst.snapshot, settings)
+    assert plan.verdict == words.PLANNED
+    assert not [s for s in plan.skipped if s.reason == words.NO_SAFE_ORDER]
+    assert plan.after.figures.peak <= plan.before.figures.peak
+    assert plan.after.figures.keel < plan.before.figures.keel * 0.6
+    assert violations(inst.snapshot, settings, plan) == []
+
+
+def test_a_plan_cut_short_by_its_budget_on_a_big_cluster_still_goes_ahead():
+    inst = gen.plain(64, 3000, seed=3)
+    plan = make_plan(inst.snapshot, inst.settings())
+    assert plan.verdict == words.PLANNED, plan.reason
+    assert "budget is spent" in plan.reason and len(plan.moves) <= inst.settings().limits.moves

@@ -49,31 +49,33 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
                                     f"{ratio:.0%} of the eligible nodes' {resource}")
     if settings.mode == "psi" and snapshot.pve_major < 9:
         cons.notices.append("psi mode needs Proxmox VE 9 (pressure figures); using used load")
-    work = model.copy()
-    if method == "keel":
-        outcome = plan_keel(work, cons, settings)
-    else:
-        from keel.balance.pvemethods import plan_pve
-        outcome = plan_pve(work, cons, settings, snapshot, method)
-    moves, skipped = outcome.moves, list(cons.skipped) + outcome.skipped
-    balance = [m for m in moves if m.reason == words.BALANCE]
+    outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method)
+    skipped = list(cons.skipped) + outcome.skipped + dropped + [
+        Skip(words.NO_SAFE_ORDER, "left out: no order of the plan's moves would keep memory and every "
+                                  "rule safe with it in the plan", g.vmid, g.name)
+        for g in snapshot.guests.values() if g.vmid in left_out]
+    balance = [m for m in ordered if m.reason == words.BALANCE]
     verdict, reason = words.PLANNED, ""
     if outcome.not_worth_it:
         verdict = words.NOT_WORTH_IT
         reason = next((s.detail for s in outcome.skipped if s.reason == words.LIMIT), "not worth it")
     elif balance and outcome.margin_checked:
         reason = balance[0].detail
-    elif balance and outcome.balance_from > 0:
-        gain = (outcome.balance_from - outcome.balance_to) / outcome.balance_from
-        if gain < settings.margin:
-            moves = [m for m in moves if m.reason != words.BALANCE]
+    elif balance:
+        cluster_gain, touched_gain, touched = _gain(model, ordered)
+        nodes = int(model.eligible.sum())
+        share = (f"the imbalance of the {touched} nodes it touches by {touched_gain:.0%}, the cluster's by "
+                 f"{cluster_gain:.0%}" if touched < nodes else f"the imbalance by {cluster_gain:.0%}")
+        if outcome.budget_spent:
+            reason = (f"cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
+                      f"later rounds go on")
+        elif touched_gain < settings.margin:
+            ordered, extra = _order(_without_balance(ordered), model, cons, settings)
+            skipped += extra
             verdict = words.NOT_WORTH_IT
-            reason = (f"the best plan cuts the imbalance by {gain:.0%}, less than the margin "
-                      f"of {settings.margin:.0%}")
+            reason = f"the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
         else:
-            reason = f"cuts the imbalance by {gain:.0%} with {len(balance)} balancing moves"
-    ordered, dropped = _order(moves, model, cons, settings)
-    skipped += dropped
+            reason = f"cuts {share} with {len(balance)} balancing moves"
     after_model = model.copy()
     for move in _net(ordered):
         after_model.move([move.vmid], move.source, move.target)
@@ -95,6 +97,71 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
             reason = f"{len(ordered)} moves ({', '.join(kinds)})"
     return Plan(verdict, method, reason, tuple(ordered), before, after, tuple(skipped),
                 tuple(cons.conflicts), tuple(cons.notices), config, now)
+
+
+MAX_REPLANS = 3
+
+
+def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSettings, snapshot: Snapshot,
+                    method: str) -> tuple[Any, list[Move], list[Skip], set[int]]:
+    """Plan, then order into waves.  A balancing move that cannot be ordered safely is not
+    simply dropped (what remains could be worse than nothing): its guest is left out and the
+    plan made again without it."""
+    left_out: set[int] = set()
+    for attempt in range(MAX_REPLANS):
+        work = model.copy()
+        if method == "keel":
+            outcome = plan_keel(work, cons, settings)
+        else:
+            from keel.balance.pvemethods import plan_pve
+            outcome = plan_pve(work, cons, settings, snapshot, method)
+        ordered, dropped = _order(outcome.moves, model, cons, settings)
+        unordered = {s.vmid for s in dropped if s.reason == words.NO_SAFE_ORDER and s.vmid is not None}
+        retry = unordered & _balance_only(outcome.moves)
+        if not retry:
+            break
+        if attempt == MAX_REPLANS - 1:
+            ordered, dropped = _order(_without_balance(outcome.moves), model, cons, settings)
+            left_out |= _balance_only(outcome.moves)
+            break
+        left_out |= retry
+        for unit in cons.units:
+            if any(g.vmid in retry for g in unit.guests):
+                unit.balance = False
+    return outcome, ordered, dropped, left_out
+
+
+def _balance_only(moves: list[Move]) -> set[int]:
+    """Guests that move only to balance (not for maintenance or a rule)."""
+    must = {m.vmid for m in moves if m.reason in (words.MAINTENANCE, words.RULE)}
+    return {m.vmid for m in moves if m.reason == words.BALANCE} - must
+
+
+def _without_balance(moves: list[Move]) -> list[Move]:
+    only = _balance_only(moves)
+    return [replace(m, wave=0) for m in moves if m.vmid not in only]
+
+
+def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int]:
+    """How much the balancing moves cut the objective: over the cluster, and over the nodes
+    they touch (so that on 64 nodes a plan moving guests between 4 of them is judged by
+    those 4), and how many nodes they touch."""
+    only = _balance_only(ordered)
+    before = model.copy()
+    for move in _net([m for m in ordered if m.vmid not in only]):
+        before.move([move.vmid], move.source, move.target)
+    after = before.copy()
+    touched: set[str] = set()
+    for move in _net([m for m in ordered if m.vmid in only]):
+        after.move([move.vmid], move.source, move.target)
+        touched |= {move.source, move.target}
+    terms_before, terms_after = before.node_terms(), after.node_terms()
+    index = [before.index[n] for n in touched if n in before.index]
+    total = float(terms_before.sum())
+    part = float(terms_before[index].sum())
+    cluster = (total - float(terms_after.sum())) / total if total > 0 else 0.0
+    local = (part - float(terms_after[index].sum())) / part if part > 0 else 0.0
+    return cluster, local, len(index)
 
 
 def _net(moves: list[Move]) -> list[Move]:

@@ -85,6 +85,15 @@ class LoadModel:
         e = self.eligible
         return self.load[e].sum(axis=0) / self.cap[e].sum(axis=0)
 
+    def node_terms(self) -> np.ndarray:
+        """Each node's share of the objective (0 for nodes that are not eligible)."""
+        terms = np.zeros(len(self.nodes))
+        e = self.eligible
+        if e.any():
+            dev = self.utilisation()[e] - self.fluid()
+            terms[e] = (self.weights * dev ** 2).sum(axis=1)
+        return terms
+
     def objective(self) -> float:
         e = self.eligible
         if not e.any():

@@ -8,11 +8,18 @@
    the objective ``F = Σ_r w_r Σ_n (u_nr − ū_r)²`` (utilisation against the level every
    node would have if the load were spread perfectly), divided by what the move costs
    (GiB that travel, plus a fixed cost per migration).  The best feasible move is made,
-   and again, until the figure is down to half the threshold, no move helps enough, or
-   the plan's move or byte budget is spent.  When memory is too tight for any single
-   move, swaps between the hottest and coldest nodes are tried.
-3. A plan whose balance moves do not cut F by at least ``margin`` is not worth its
-   migrations and is dropped (mandatory moves stay).
+   and again, until the figure is down to half the threshold, no move cuts F by enough
+   (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget is
+   spent — then the plan says so and later rounds go on.  When memory is too tight for
+   any single move, swaps between the hottest and coldest nodes are tried (only those
+   that can be carried out: one of the two guests fits before the other has left).
+3. **Peak phase.**  The squared objective can leave one node a few points above the
+   rest; moves that lower the fullest node without raising another to it are made while
+   the figure stays under 1.25 times where it was (or half the threshold).
+4. ``balancer.make_plan`` orders the moves into safe waves, plans again without any
+   guest whose move could not be ordered, and drops a plan whose balance moves do not
+   cut the imbalance of the nodes they touch by ``margin`` — unless the budget cut it
+   short (mandatory moves stay either way).
 
 Feasible means: an allowed node for every guest of the unit, room for its memory under
 the node's limit, no anti-affinity partner there, not a node the guest left within a day.
@@ -34,8 +41,11 @@ from keel.balance.settings import BalancingSettings
 GiB = 1024**3
 MOVE_OVERHEAD_GIB = 1.0      # a migration costs about as much as moving 1 GiB more
 DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it wears)
-MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of where it started, at least
+MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of its two nodes' share of it, at least
 MAX_SWAP_ROUNDS = 5
+MAX_PEAK_MOVES = 20
+PEAK_STEP = 0.001            # a peak move must lower the fullest node by 0.1 point at least
+PEAK_RISE = 1.25             # ... and may raise the figure to 1.25 times where it was
 SWAP_CANDIDATES = 16
 
 
@@ -48,6 +58,7 @@ class Outcome:
     stuck: bool = False          # imbalanced, but nothing allowed helps
     margin_checked: bool = False  # the method applied its own margin (PVE's, per move)
     not_worth_it: bool = False   # ... and refused its best move
+    budget_spent: bool = False   # stopped by the plan's limits with good moves left
 
 
 def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings) -> Outcome:
@@ -60,8 +71,10 @@ def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings) 
     units = [u for u in cons.units if u.balance and u.mandatory is None and u.allowed]
     stuck = False
     if _triggered(model, settings) and units:
-        stuck = _balance_phase(model, units, anti, placed, moves, skipped, settings)
-    return Outcome(_collapse(moves), skipped, start, model.objective(), stuck)
+        stuck, budget_spent = _balance_phase(model, units, anti, placed, moves, skipped, settings)
+    else:
+        budget_spent = False
+    return Outcome(_collapse(moves), skipped, start, model.objective(), stuck, budget_spent=budget_spent)
 
 
 def _triggered(model: LoadModel, settings: BalancingSettings) -> bool:
@@ -171,8 +184,9 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
 
 def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]],
                    placed: dict[str, str], moves: list[Move], skipped: list[Skip],
-                   settings: BalancingSettings) -> bool:
-    """Greedy best improvement; returns True if imbalanced but nothing could be done."""
+                   settings: BalancingSettings) -> tuple[bool, bool]:
+    """Greedy best improvement.  Returns (stuck: imbalanced but nothing could be done,
+    budget_spent: the plan's limits stopped it while good moves remained)."""
     nodes = model.nodes
     n = len(nodes)
     demand = np.zeros((len(units), model.load.shape[1]))                     # U x R
@@ -190,11 +204,15 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
     scorer = _Scorer(model, units, demand, allowed, footprint, cost, anti, placed)
     guests = np.array([len(u.guests) for u in units], dtype=int)
     moved = np.zeros(len(units), dtype=bool)
-    min_gain = max(model.objective() * MIN_RELATIVE_GAIN, 1e-12)
+    # A move changes two nodes: its gain is weighed against their share of the objective, so
+    # that on 64 nodes a move is not held to a fraction of the whole cluster's imbalance.
+    eligible = max(2, int(model.eligible.sum()))
+    min_gain = max(model.objective() * MIN_RELATIVE_GAIN * 2 / eligible, 1e-12)
     budget_moves, budget_bytes = settings.limits.moves, settings.limits.bytes
     used_moves, used_bytes = 0, 0
     swaps = 0
     made_any = False
+    budget_spent = False
     while True:
         figures = model.figures()
         if (_figure(figures, settings) <= settings.threshold / 2
@@ -204,11 +222,24 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         if units:
             fits = ((used_moves + np.where(moved, 0, guests) <= budget_moves)
                     & (used_bytes + footprint + disk <= budget_bytes))
+            unlimited = np.unravel_index(int(np.argmax(score)), score.shape)
+            worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
             score[~fits, :] = -np.inf
         best = np.unravel_index(int(np.argmax(score)), score.shape)
         if not np.isfinite(score[best]) or gain[best] < min_gain:
-            if swaps < MAX_SWAP_ROUNDS and _swap(model, units, demand, scorer.cur, allowed, footprint, anti,
-                                                 placed, moves, min_gain, settings):
+            if units and worth_more:
+                budget_spent = True            # good moves remain: later rounds make them
+                break
+            pair = None
+            if swaps < MAX_SWAP_ROUNDS and used_moves + 2 <= budget_moves:
+                pair = _swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
+                             min_gain, settings)
+            if pair is not None:
+                for row in pair:
+                    if not moved[row]:
+                        used_moves += len(units[row].guests)
+                        used_bytes += int(footprint[row] + disk[row])
+                        moved[row] = True
                 swaps += 1
                 made_any = True
                 scorer.refresh()
@@ -225,11 +256,28 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                    placed, moves, float(gain[best]))
         scorer.cur[row] = col
         made_any = True
+    if not budget_spent:
+        # the figure may rise a little for a lower peak: to 1.25 times where it is, or to the
+        # half-threshold the balance phase aims for, whichever is more
+        n, wsum = int(model.eligible.sum()), float(model.weights.sum())
+        ceiling = max(model.objective() * PEAK_RISE ** 2, (settings.threshold / 2) ** 2 * n * wsum)
+        for _ in range(MAX_PEAK_MOVES):
+            row = _peak_move(model, scorer, units, placed, moves, ceiling,
+                             (used_moves + np.where(moved, 0, guests) <= budget_moves)
+                             & (used_bytes + footprint + disk <= budget_bytes))
+            if row is None:
+                break
+            if not moved[row]:
+                used_moves += len(units[row].guests)
+                used_bytes += int(footprint[row] + disk[row])
+                moved[row] = True
+            made_any = True
     still = _triggered(model, settings)
-    if still and (used_moves >= budget_moves or used_bytes >= budget_bytes):
+    if still and (budget_spent or used_moves >= budget_moves or used_bytes >= budget_bytes):
+        budget_spent = True
         skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget_moves} moves, "
-                                         f"{budget_bytes / GiB:.0f} GiB) is spent"))
-    return still and not made_any
+                                         f"{budget_bytes / GiB:.0f} GiB) is spent; later rounds go on"))
+    return still and not made_any, budget_spent
 
 
 def _pct(model: LoadModel, node: str) -> str:
@@ -249,6 +297,7 @@ class _Scorer:
         self.footprint, self.cost, self.anti, self.placed = footprint, cost, anti, placed
         w = model.weights
         share = demand[:, None, :] / model.cap[None, :, :]                # U x N x R
+        self.share = share
         self.share_w = share * w                                          # U x N x R
         self.share_sq = (share ** 2 * w).sum(axis=2)                      # U x N
         self.with_anti = [row for row, u in enumerate(units) if anti.get(u.key)]
@@ -280,21 +329,63 @@ class _Scorer:
             for node in self.units[row].soft_away:
                 if node in model.index:
                     gain[row, model.index[node]] -= abs(gain[row]).max() * 0.5
+        self.feasible = feasible
         score = np.where(feasible & (gain > 0), gain / self.cost[:, None], -np.inf)
         return score, gain
+
+
+def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: dict[str, str],
+               moves: list[Move], ceiling: float, fits: np.ndarray) -> int | None:
+    """Once no move cuts the objective enough: a move that lowers the fullest node's peak
+    (cpu or memory, whichever is higher) without raising any other node to it, keeping the
+    objective under ``ceiling``.  The squared objective alone can leave one node a few points
+    above the rest.  Returns the unit's row, or None."""
+    if not len(units):
+        return None
+    _, gain = scorer.scores()
+    u = model.utilisation()
+    weighted = model.weights > 0
+    if not weighted.any():
+        return None
+    node_peak = np.where(model.eligible, u[:, weighted].max(axis=1), -np.inf)
+    hot = int(np.argmax(node_peak))
+    peak = float(node_peak[hot])
+    rows = np.flatnonzero((scorer.cur == hot) & fits)
+    if not len(rows):
+        return None
+    share = scorer.share[rows]                                             # r x N x R
+    new_target = (u[None, :, :] + share)[:, :, weighted].max(axis=2)       # r x N
+    new_source = (u[hot][None, :] - share[:, hot, :])[:, weighted].max(axis=1)
+    ranked = np.argsort(-node_peak)
+    others = np.full(len(model.nodes), -np.inf)
+    for t in range(len(model.nodes)):
+        others[t] = next((node_peak[i] for i in ranked if i not in (hot, t)), -np.inf)
+    after = np.maximum(np.maximum(new_target, new_source[:, None]), others[None, :])
+    ok = scorer.feasible[rows] & (after < peak - PEAK_STEP) & (model.objective() - gain[rows] <= ceiling)
+    if not ok.any():
+        return None
+    choice = np.where(ok, gain[rows], -np.inf)
+    r, col = np.unravel_index(int(np.argmax(choice)), choice.shape)
+    row = int(rows[r])
+    unit = units[row]
+    _move_unit(model, unit, model.nodes[col], words.BALANCE,
+               f"lowers the fullest node, {unit.node} ({peak:.0%})", placed, moves, float(gain[row, col]))
+    scorer.cur[row] = col
+    return row
 
 
 def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarray,
           allowed: np.ndarray, footprint: np.ndarray, anti: dict[str, set[str]],
           placed: dict[str, str], moves: list[Move], min_gain: float,
-          settings: BalancingSettings) -> bool:
-    """Trade a guest of the hottest node for one of a colder node when no single move fits."""
+          settings: BalancingSettings) -> tuple[int, int] | None:
+    """Trade a guest of the hottest node for one of a colder node when no single move fits;
+    returns the two units' rows, or None."""
     u = model.utilisation()
     w = model.weights
     load = (u * w).sum(axis=1) / (w.sum() or 1.0)
     order = [i for i in np.argsort(load) if model.eligible[i]]
     if len(order) < 2:
-        return False
+        return None
     hot = order[-1]
     best: tuple[float, int, int] | None = None
     base = model.objective()
@@ -313,6 +404,11 @@ def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarr
                     continue
                 if model.mem_used[hot] - footprint[a] + footprint[b] > model.mem_cap[hot]:
                     continue
+                # while a guest moves its memory is held on both nodes: one of the two must fit
+                # before the other has left
+                if (model.mem_used[hot] + footprint[b] > model.mem_cap[hot]
+                        and model.mem_used[cold] + footprint[a] > model.mem_cap[cold]):
+                    continue
                 if any(placed.get(o) == model.nodes[cold] for o in anti.get(units[a].key, ())) or \
                         any(placed.get(o) == model.nodes[hot] for o in anti.get(units[b].key, ())):
                     continue
@@ -323,14 +419,16 @@ def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarr
                 if gain > min_gain and (best is None or gain > best[0]):
                     best = (gain, a, b)
     if best is None:
-        return False
+        return None
     gain, a, b = best
-    hot_name, cold_name = model.nodes[hot], model.nodes[cold_of(cur, b)]
-    _move_unit(model, units[a], cold_name, words.BALANCE, f"swapped with {units[b].name}",
-               placed, moves, gain / 2)
-    _move_unit(model, units[b], hot_name, words.BALANCE, f"swapped with {units[a].name}",
-               placed, moves, gain / 2)
-    return True
+    cold = cold_of(cur, b)
+    hot_name, cold_name = model.nodes[hot], model.nodes[cold]
+    pair = [(units[a], cold_name, units[b]), (units[b], hot_name, units[a])]
+    if model.mem_used[hot] + footprint[b] <= model.mem_cap[hot]:
+        pair.reverse()                     # the smaller one fits first: it goes first
+    for unit, target, other in pair:
+        _move_unit(model, unit, target, words.BALANCE, f"swapped with {other.name}", placed, moves, gain / 2)
+    return a, b
 
 
 def cold_of(cur: np.ndarray, b: int) -> int:
