@@ -75,3 +75,23 @@ def test_min_runners_are_kept_idle_and_ready(kits):
     assert kit2.jobs()[job]["status"] == "in_progress"             # an idle runner took it at once
     assert len(kit2.vms()) == 3                                    # and a third refills the reserve
     assert kit2.node_free()["pve1"] <= 60 * GiB
+
+
+LEAST = ["VM.Allocate", "VM.Clone", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Options", "VM.PowerMgmt",
+         "VM.Audit", "VM.GuestAgent.Audit", "VM.GuestAgent.FileWrite", "Datastore.AllocateSpace",
+         "Datastore.Audit", "Sys.Audit", "SDN.Use"]
+
+
+def test_the_privileges_docs_runners_md_lists_are_enough(kits):
+    from runners_helpers import scenario
+    data = scenario(roles={"KeelRunners": LEAST},
+                    acl=[{"path": "/", "role": "KeelRunners", "user": "keel@pve"}])
+    kit = kits([SMALL], data)
+    kit.step()
+    [job] = kit.queue("keel-c2-m4", duration=10)
+    for _ in range(60):
+        kit.step(1)
+        if kit.jobs()[job]["status"] == "completed" and not kit.vms() and not kit.service.runners:
+            break
+    assert [r for r in kit.sim.requests_log(0) if r["status"] == 403] == []
+    kit.assert_clean()

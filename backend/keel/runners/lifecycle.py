@@ -35,6 +35,10 @@ TASK_POLL_S = 1.0
 PING_EVERY_S = 2.0
 RETRY_S = 5.0
 NOT_COUNTED = ("failed",)        # never had a machine: not a removal
+# Why a runner was removed (keel_runners_removed_total) or lost (keel_runners_lost_total).
+REMOVED_REASONS = ("job_completed", "scaled_down", "never_connected", "unregistered", "disconnected",
+                   "stuck", "outdated", "expired", "requested", "orphaned")
+LOST_REASONS = ("ended", "unreachable")
 
 
 class GitHubRefused(Exception):
