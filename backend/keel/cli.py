@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_balance.add_parsers(sub, _add_connection)
     from keel import cli_runners
     cli_runners.add_parsers(sub, _add_connection)
-    cli_service.add_parsers(sub)
+    cli_service.add_parsers(sub, _add_connection)
 
     demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
@@ -265,7 +265,7 @@ def _service_command(name: str) -> Any:
     return run
 
 
-COMMANDS.update({name: _service_command(name) for name in ("engine", "web")})
+COMMANDS.update({name: _service_command(name) for name in ("engine", "web", "setup")})
 
 
 if __name__ == "__main__":

@@ -14,11 +14,18 @@ from typing import Any
 from keel.errors import ExitStatus, InvalidError
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: Any, add_connection: Any = None) -> None:
     engine = sub.add_parser("engine", help="run keel-engine in the foreground (the local API, the leader's loops)")
     engine.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
     web = sub.add_parser("web", help="run keel-web in the foreground (the HTTPS gateway for the web UI)")
     web.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
+    setup = sub.add_parser("setup", help="make Keel's PVE user, role, token and a default config (idempotent)",
+                           description="Log in as an administrator (for example --pve-user root@pam "
+                                       "--pve-password-file FILE) and make what Keel needs. Safe to run again.")
+    setup.add_argument("--token-file", metavar="FILE", default=None,
+                       help="where the token secret goes (default /etc/pve/priv/keel/pve-token)")
+    if add_connection is not None:
+        add_connection(setup)
 
 
 def _config_path(args: argparse.Namespace, env: Any) -> Path:
@@ -124,4 +131,52 @@ def _watch_cert(cert: str, key: str) -> Any:
     return start
 
 
-COMMANDS = {"engine": cmd_engine, "web": cmd_web}
+DEFAULT_CONFIG = """\
+# Keel's configuration, written by `keel setup`; shared by every node of the cluster.
+# docs/balancing.md and docs/service.md list every key.
+proxmox:
+  url: {url}
+  token_file: {token_file}
+{ca}balancing:
+  enable: false        # plans are shown (keel plan, the UI); nothing migrates until this is true
+"""
+
+
+def cmd_setup(args: argparse.Namespace, env: Any) -> int:
+    from keel import config as cfg
+    from keel.cli import connect_with_config
+    from keel.pve.provision import provision
+    from keel.store import atomic_write
+    config_path = Path(args.config or env.environ.get("KEEL_CONFIG") or cfg.DEFAULT_CONFIG_FILE)
+    token_file = Path(args.token_file or cfg.DEFAULT_TOKEN_FILE)
+    if not config_path.exists():
+        args.config = None                    # not there yet: this command writes it
+        env.environ.pop("KEEL_CONFIG", None)
+    client, _ = connect_with_config(args, env)
+    have_secret = token_file.exists() and token_file.read_text().strip().startswith("keel@pve!keel=")
+    outcome = provision(client, have_secret)
+    for line in outcome.steps:
+        env.stdout.write(line + "\n")
+    if outcome.token is not None:
+        token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        old = os.umask(0o077)
+        try:
+            atomic_write(token_file, outcome.token + "\n")
+        finally:
+            os.umask(old)
+        os.chmod(token_file, 0o600)
+        env.stdout.write(f"token secret written to {token_file} (root only)\n")
+    if config_path.exists():
+        env.stdout.write(f"config {config_path}: exists, left as it is\n")
+    else:
+        target = client.target
+        ca = env.environ.get("KEEL_PVE_CA_FILE") or getattr(args, "ca_file", None)
+        text = DEFAULT_CONFIG.format(url=target.url, token_file=token_file,
+                                     ca=f"  ca_file: {ca}\n" if ca else "")
+        cfg.parse(__import__("yaml").safe_load(text), str(config_path))     # what we write must load
+        atomic_write(config_path, text)
+        env.stdout.write(f"config {config_path}: written (balancing off until you enable it)\n")
+    return ExitStatus.OK
+
+
+COMMANDS = {"engine": cmd_engine, "web": cmd_web, "setup": cmd_setup}

@@ -128,9 +128,11 @@ def target_from(settings: ProxmoxSettings, env: dict[str, str] | None = None) ->
         verify = False
     target = Target.from_url(url, verify=verify, timeout_s=settings.timeout_s)
     token = env.get("KEEL_PVE_TOKEN")
-    if not token and settings.token_file:
+    # a user given on the command line or in the environment wins over the file's token
+    by_user = bool(env.get("KEEL_PVE_USER"))
+    if not token and settings.token_file and not by_user:
         token = read_secret(settings.token_file, "API token")
-    if not token and not settings.password_file and not env.get("KEEL_PVE_PASSWORD") \
+    if not token and not by_user and not settings.password_file and not env.get("KEEL_PVE_PASSWORD") \
             and DEFAULT_TOKEN_FILE.exists():
         token = read_secret(str(DEFAULT_TOKEN_FILE), "API token")
     if token:

@@ -61,6 +61,8 @@ def who() -> str:
 
 def create_app(engine: Engine) -> Flask:
     app = Flask("keel.engine")
+    app.url_map.merge_slashes = False     # no redirects: every answer is JSON
+    app.url_map.strict_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
     @app.before_request

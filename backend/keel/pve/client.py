@@ -144,16 +144,16 @@ class PveClient:
 
     # -- calls ---------------------------------------------------------------------
 
-    def get(self, path: str, **params: Any) -> Any:
+    def get(self, path: str, /, **params: Any) -> Any:
         return self._call("GET", path, params)
 
-    def post(self, path: str, **params: Any) -> Any:
+    def post(self, path: str, /, **params: Any) -> Any:
         return self._call("POST", path, params)
 
-    def put(self, path: str, **params: Any) -> Any:
+    def put(self, path: str, /, **params: Any) -> Any:
         return self._call("PUT", path, params)
 
-    def delete(self, path: str, **params: Any) -> Any:
+    def delete(self, path: str, /, **params: Any) -> Any:
         return self._call("DELETE", path, params)
 
     def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:

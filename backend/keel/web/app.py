@@ -22,7 +22,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from flask import Flask, Response, jsonify, request
 
@@ -116,6 +116,8 @@ def _pve_verify(config: cfg.Config) -> bool | str:
 
 def create_app(config: cfg.Config) -> Flask:
     app = Flask("keel.web")
+    app.url_map.merge_slashes = False     # no redirects: every answer is JSON
+    app.url_map.strict_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     gate = Gate(config.proxmox.url, _pve_verify(config), config.web.auth_cache_s)
     engine = EngineClient(config.engine.socket)
@@ -199,7 +201,7 @@ def create_app(config: cfg.Config) -> Flask:
             headers["Content-Type"] = "application/json"
         query = request.query_string.decode()
         try:
-            status, ctype, raw = engine.request(request.method, path + (f"?{query}" if query else ""),
+            status, ctype, raw = engine.request(request.method, quote(path) + (f"?{query}" if query else ""),
                                                 body, headers)
         except KeelError as err:
             return envelope(503, err.message)
