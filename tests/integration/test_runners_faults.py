@@ -214,6 +214,21 @@ def test_a_failing_endpoint_mid_creation_is_retried(kit):
     kit.assert_clean()
 
 
+def test_a_vmid_taken_between_nextid_and_the_clone_is_retried_with_the_next(kit):
+    kit.step()
+    kit.sim.control("POST", "faults", {"endpoints": [
+        {"path": "/nodes/*/qemu/9000/clone", "method": "POST", "error_rate": 1, "count": 1,
+         "status": 500, "message": "unable to create VM 100: config file already exists"}]})
+    [job] = kit.queue("keel-c2-m4", duration=10)
+    kit.step(0)
+    clones = [r for r in kit.sim.requests_log(0) if r["path"].endswith("/clone")]
+    assert [c["status"] for c in clones] == [500, 200]
+    assert kit.service.meters.count("keel_runners_created_total") == 1
+    run_until(kit, all_done(kit))
+    assert kit.jobs()[job]["result"] == "succeeded"
+    kit.assert_clean()
+
+
 def test_a_size_that_can_never_fit_is_refused_as_never_and_holds_no_one(kits):
     huge = {"name": "keel-huge", "max_runners": 2, "priority": 10,
             "providers": [{"name": "pve", "runner": {"cores": 4, "memory": "200GiB"}}]}

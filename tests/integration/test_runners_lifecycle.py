@@ -44,6 +44,7 @@ def test_one_job_one_vm_from_queued_to_deleted(kit):
     [runner] = kit.service.status()["runners"]
     assert runner["state"] == "busy" and runner["vmid"] == vm["vmid"]
     assert kit.sim.control("GET", f"guests/{vm['vmid']}/files") == {}     # the unit deleted the JIT
+    assert kit.sim.client().get("/cluster/ha/resources") == []             # never HA-managed
     kit.settle(40)
     assert kit.jobs()[job]["status"] == "completed"
     assert kit.service.status()["runners"] == []
