@@ -30,6 +30,8 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
                         "(default: $KEEL_STORE, /var/lib/keel/keel.db, or ~/.local/state/keel/keel.db)")
     common.add_argument("--method", choices=("keel", "bruteforce", "topsis"), help="override the config")
     common.add_argument("--json", action="store_true", help="print JSON")
+    common.add_argument("--direct", action="store_true",
+                        help="talk to Proxmox VE directly even when keel-engine runs on this node")
 
     plan = sub.add_parser("plan", parents=[common], help="show what Keel would move, and why (dry run)")
     plan.add_argument("-v", "--verbose-plan", action="store_true", dest="verbose_plan",
@@ -88,7 +90,16 @@ def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:
                                      verbose=getattr(args, "verbose_plan", False)))
 
 
+def _engine(args: argparse.Namespace, env: Any) -> Any:
+    from keel import cli_engine
+    return cli_engine.engine_for(args, env)
+
+
 def cmd_plan(args: argparse.Namespace, env: Any) -> int:
+    engine = _engine(args, env)
+    if engine is not None:
+        from keel import cli_engine
+        return cli_engine.plan(engine, args, env, lambda plan: _print_plan(plan, args, env))
     client, settings, store = _setup(args, env)
     _, plan = _plan(client, settings, store, time.time())
     _print_plan(plan, args, env)
@@ -171,6 +182,11 @@ def _who(env: Any) -> str:
 
 
 def cmd_apply(args: argparse.Namespace, env: Any) -> int:
+    engine = _engine(args, env)
+    if engine is not None:
+        from keel import cli_engine
+        return cli_engine.apply(engine, args, env, lambda plan: _print_plan(plan, args, env),
+                                lambda q: _confirm(q, args, env), _printer(env, args.json), _who(env))
     client, settings, store = _setup(args, env)
     _, plan = _plan(client, settings, store, time.time())
     if not args.json:
@@ -186,6 +202,11 @@ def cmd_apply(args: argparse.Namespace, env: Any) -> int:
 
 
 def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
+    engine = _engine(args, env)
+    if engine is not None:
+        from keel import cli_engine
+        return cli_engine.maintenance(engine, args, env, lambda q: _confirm(q, args, env),
+                                      _printer(env, args.json), _who(env))
     client, settings, store = _setup(args, env)
     if args.action == "list":
         nodes = store.maintenance_nodes()
@@ -245,21 +266,27 @@ def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
 
 
 def cmd_best_node(args: argparse.Namespace, env: Any) -> int:
-    client, settings, store = _setup(args, env)
     memory = parse_size(args.memory, "--memory")
-    snap = _snapshot(client, settings)
-    ranked = best_node(snap, settings, args.cores, memory, store.history(time.time()))
+    engine = _engine(args, env)
+    if engine is not None:
+        from keel import cli_engine
+        answer = cli_engine.best_node(engine, args, memory)
+    else:
+        client, settings, store = _setup(args, env)
+        snap = _snapshot(client, settings)
+        ranked = best_node(snap, settings, args.cores, memory, store.history(time.time()))
+        answer = {"best": ranked[0].node if ranked and ranked[0].fits else None,
+                  "nodes": [{"node": p.node, "fits": p.fits, "reason": p.reason,
+                             "imbalance_after": None if p.figure_after == float("inf")
+                             else round(p.figure_after, 4)} for p in ranked]}
     if args.json:
-        json.dump({"best": ranked[0].node if ranked and ranked[0].fits else None,
-                   "nodes": [{"node": p.node, "fits": p.fits, "reason": p.reason,
-                              "imbalance_after": None if p.figure_after == float("inf")
-                              else round(p.figure_after, 4)} for p in ranked]}, env.stdout, indent=2)
+        json.dump(answer, env.stdout, indent=2)
         env.stdout.write("\n")
-    elif ranked and ranked[0].fits:
-        env.stdout.write(f"{ranked[0].node}\n")
-        for place in ranked:
-            env.stdout.write(f"  {place.node:<10} {'fits' if place.fits else 'no  '}  {place.reason}\n")
-    if not ranked or not ranked[0].fits:
+    elif answer["best"]:
+        env.stdout.write(f"{answer['best']}\n")
+        for place in answer["nodes"]:
+            env.stdout.write(f"  {place['node']:<10} {'fits' if place['fits'] else 'no  '}  {place['reason']}\n")
+    if not answer["best"]:
         if not args.json:
             env.stdout.write(f"No node has room for {args.cores:g} cores and {format_bytes(memory)}.\n")
         return ExitStatus.NO_CAPACITY
@@ -268,6 +295,9 @@ def cmd_best_node(args: argparse.Namespace, env: Any) -> int:
 
 def cmd_balance(args: argparse.Namespace, env: Any) -> int:
     from keel.balance.rounds import Rounds
+    if _engine(args, env) is not None:
+        raise InvalidError("keel-engine runs on this node and balances the cluster (on its leader): "
+                           "keel balance would act beside it; use keel plan / keel apply, or --direct")
     client, settings, store = _setup(args, env)
     apply = args.apply or settings.enable
     rounds = Rounds(client, settings, store, requested_by=f"keel balance ({_who(env)})",
@@ -291,9 +321,15 @@ def cmd_balance(args: argparse.Namespace, env: Any) -> int:
 
 
 def cmd_history(args: argparse.Namespace, env: Any) -> int:
-    store = Store(args.store or default_path(env.environ))
-    moves = store.moves(limit=args.limit)
-    decisions = store.decisions(limit=args.limit)
+    engine = _engine(args, env)
+    if engine is not None:
+        from keel import cli_engine
+        answer = cli_engine.history(engine, args.limit)
+        moves, decisions = answer["moves"], answer["decisions"]
+    else:
+        store = Store(args.store or default_path(env.environ))
+        moves = store.moves(limit=args.limit)
+        decisions = store.decisions(limit=args.limit)
     if args.json:
         json.dump({"moves": moves, "decisions": decisions}, env.stdout, indent=2)
         env.stdout.write("\n")

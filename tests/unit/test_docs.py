@@ -40,3 +40,9 @@ def test_the_plan_json_example_has_the_keys_keel_prints():
     assert set(example["before"]["imbalance"]) == set(plan["before"]["imbalance"])
     node_keys = set(next(iter(plan["before"]["nodes"].values())))
     assert set(example["before"]["nodes"]["pve1"]) == node_keys
+
+
+def test_a_plan_read_back_from_its_json_is_the_same_plan():
+    from keel.balance.plan import plan_from_json
+    plan = make_plan(cluster([node("a"), node("b")], [vm(100 + i, "a") for i in range(8)]), BalancingSettings())
+    assert plan.moves and plan_from_json(json.loads(json.dumps(plan.to_json()))).to_json() == plan.to_json()

@@ -141,3 +141,21 @@ class Plan:
             "conflicts": list(self.conflicts), "notices": list(self.notices),
             "config": self.config,
         }
+
+
+def plan_from_json(data: dict[str, Any]) -> Plan:
+    """The Plan that ``to_json`` described (what the CLI gets from keel-engine)."""
+    def state(d: dict[str, Any]) -> State:
+        f = d["imbalance"]
+        return State({name: NodeLoad(name, n["cpu"], n["memory"], n["disk"], n["guests"], n["eligible"])
+                      for name, n in d["nodes"].items()},
+                     Figures(f["keel"], f["pve"], dict(f["spread"]), f["peak"], f["objective"]))
+
+    moves = []
+    for m in data["moves"]:
+        m = dict(m)
+        m["source"], m["target"] = m.pop("from"), m.pop("to")
+        moves.append(Move(**m))
+    return Plan(data["verdict"], data["method"], data["reason"], tuple(moves), state(data["before"]),
+                state(data["after"]), tuple(Skip(**s) for s in data["skipped"]), tuple(data["conflicts"]),
+                tuple(data["notices"]), dict(data["config"]), data["created_at"])
