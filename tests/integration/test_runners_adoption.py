@@ -3,9 +3,12 @@ of none; one message session per scale set, so a second Keel stands by and touch
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from keel.runners.service import RunnerService
+from keel.runners.settings import parse
 from runners_helpers import TOKEN, kit_fixture, scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 4, "start_timeout": "60s",
@@ -108,4 +111,24 @@ def test_a_second_keel_stands_by_and_touches_nothing(kit, tmp_path):
     finally:
         second.close()
     run_until_clean(kit)
+    kit.assert_clean()
+
+
+def test_the_runners_of_a_scale_set_that_left_the_config_are_removed(kit):
+    spare = dict(SMALL, name="keel-spare", min_runners=1)
+    both = parse({"github": {"url": kit.settings.github.url, "app_client_id": kit.settings.github.app_client_id,
+                             "app_installation_id": kit.settings.github.app_installation_id,
+                             "app_private_key_path": kit.settings.github.app_private_key_path,
+                             "tls": {"ca_file": kit.settings.github.ca_file}},
+                  "providers": [{"name": "pve", "type": "proxmox", "runner": {"template": 9000}}],
+                  "scale_sets": [SMALL, spare]})
+    kit.service.close()
+    kit.settings = both
+    kit.service = RunnerService(both, kit.sim.client(TOKEN), kit.store, clock=kit.clock)
+    kit.settle(25)
+    assert [r["state"] for r in kit.service.status()["runners"]] == ["idle"]
+    kit.settings = replace(both, scale_sets=both.scale_sets[:1])      # keel-spare leaves the config
+    kit.restart()
+    run_until_clean(kit)
+    assert kit.service.meters.count("keel_runners_removed_total", reason="requested") == 1
     kit.assert_clean()

@@ -89,9 +89,12 @@ def step_only(svc: "RunnerService") -> None:
 
 
 def _acting(svc: "RunnerService", scale_set: str) -> bool:
-    """Keel acts for a scale set only while it holds its message session."""
+    """Keel acts for a scale set only while it holds its message session; the runners of a
+    scale set that left the config are its own to remove."""
     state = svc.sets.get(scale_set)
-    return state is not None and state.session is not None
+    if state is None:
+        return svc.settings.scale_set(scale_set) is None
+    return state.session is not None
 
 
 # -- 1. look -------------------------------------------------------------------------------------
@@ -145,7 +148,7 @@ def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
                 continue
             if mine not in vm.tags and not svc.name_pattern.match(vm.name):
                 continue
-            if not _acting(svc, svc.scale_set_of(vm.name) or ""):
+            if svc.scale_set_of(vm.name) and not _acting(svc, svc.scale_set_of(vm.name) or ""):
                 continue                     # another Keel holds its scale set's session
             try:
                 data = read_description(provider.config(vm.node, vm.vmid).get("description"))
@@ -153,7 +156,6 @@ def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
                 log.warning("cannot read VM %s to adopt it: %s", vm.vmid, err)
                 continue
             if not data or data.get("installation") != svc.installation or \
-                    svc.settings.scale_set(str(data.get("scale_set"))) is None or \
                     not _acting(svc, str(data.get("scale_set"))):
                 continue
             runner = Runner(str(data.get("name") or vm.name), str(data["scale_set"]), provider_name,
@@ -176,6 +178,10 @@ def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
 
 
 def _check(svc: "RunnerService", runner: Runner, views: dict[str, ClusterView], now: float) -> None:
+    if runner.provider not in svc.providers:     # its provider left the config: out of reach
+        runner.reason = runner.reason or "unreachable"
+        lifecycle._gone(svc, runner)
+        return
     view = views.get(runner.provider)
     if view is None:
         since = svc.unreachable.get(runner.provider, now)

@@ -92,7 +92,7 @@ def begin(svc: "RunnerService", ss: ScaleSetSettings, provider: ProxmoxProvider,
 def step(svc: "RunnerService", runner: Runner, vm: VmView | None, reachable: bool) -> None:
     """One step forward for a runner being created or removed; nothing for one that is ready."""
     now = svc.clock()
-    if now < runner.next_at or not reachable:
+    if now < runner.next_at or not reachable or runner.provider not in svc.providers:
         return
     provider = svc.providers[runner.provider]
     try:

@@ -41,7 +41,7 @@ from keel.runners.metrics import Metrics
 from keel.runners.placement import Placement
 from keel.runners.proxmox import ProxmoxProvider, Refused
 from keel.runners.record import CREATING, REMOVING, Runner
-from keel.runners.scaler import Want
+from keel.runners.scaler import Want, want
 from keel.runners.spec import ProviderSettings, RunnersSettings, ScaleSetSettings, read_secret
 from keel.runners.store import RunnerStore
 
@@ -285,7 +285,10 @@ class RunnerService:
         session = state.session
         if session is None:
             return None
-        capacity = self.wants[name].max_runners if name in self.wants else self.settings.scale_set(name).max_runners
+        ss = self.settings.scale_set(name)
+        if ss is None:
+            return None
+        capacity = (self.wants.get(name) or want(ss, self.clock(), state.assigned(self.clock()))).max_runners
         try:
             message = self.github.get_message(session, state.last_message_id, capacity)
         except KeelError as err:
