@@ -26,11 +26,13 @@ test-debian:
 	PYTHONPATH=$(CURDIR)/backend /usr/bin/python3 -m pytest -q -p no:cacheprovider \
 	    -W "ignore::pytest.PytestUnraisableExceptionWarning" tests/unit tests/integration
 
-# Both parts run even if the first misses a target; either miss fails the target.
+# Every part runs even if one misses a target; any miss fails the target.
 bench: $(STAMP)
 	@status=0; \
 	$(PY) tests/bench/run.py || status=1; \
 	$(PY) tests/bench/planner.py || status=1; \
+	$(PY) tests/bench/web.py || status=1; \
+	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
 
 schema:

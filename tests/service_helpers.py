@@ -24,10 +24,11 @@ def free_port() -> int:
 
 
 def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = None, shared: Path | None = None,
-                 balancing: dict | None = None, engine: dict | None = None, web_port: int | None = None) -> Path:
+                 balancing: dict | None = None, engine: dict | None = None, web_port: int | None = None,
+                 api_token: str = DEMO_TOKEN) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     token = tmp / "token"
-    token.write_text(DEMO_TOKEN + "\n")
+    token.write_text(api_token + "\n")
     cert_dir = Path(sim.cert).parent
     config = {
         "proxmox": {"url": sim.url, "token_file": str(token), "ca_file": sim.cert},

@@ -100,7 +100,8 @@ def cmd_web(args: argparse.Namespace, env: Any) -> int:
         return create_app(cfg.load(path))
 
     serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 2, "threads": 16,
-                 "timeout": 60, "certfile": cert, "keyfile": key, "proc_name": "keel-web",
+                 "timeout": 60, "keepalive": 75,        # the panel polls every 3 s: keep its connection
+                 "certfile": cert, "keyfile": key, "proc_name": "keel-web",
                  "post_worker_init": _watch_cert(cert, key)})
     return ExitStatus.OK
 

@@ -4,13 +4,16 @@ and tokens checked by PVE, privileges, CORS, and forwarding."""
 from __future__ import annotations
 
 import http.client
+import shutil
 import ssl
+import time
 
 import pytest
 import requests
+import yaml
 
 from conftest import DEMO_TOKEN
-from service_helpers import start_engine, start_web, wait_for, write_config
+from service_helpers import start_engine, start_web, wait_for, write_config  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +128,56 @@ def test_metrics_need_sys_audit(stack):
     assert call(sim, url, "GET", "/metrics").status_code == 401
     answer = call(sim, url, "GET", "/metrics", f"PVEAPIToken={DEMO_TOKEN}")
     assert answer.status_code == 200 and 'keel_leader{node="pve1"} 1' in answer.text
+
+
+def test_repeated_refused_credentials_are_answered_more_and_more_slowly(stack):
+    sim, url = stack
+    took = []
+    for i in range(9):
+        start = time.monotonic()
+        answer = call(sim, url, "GET", "/api/history", f"PVEAPIToken=keel@pve!keel=wrong-{i}")
+        took.append(time.monotonic() - start)
+        assert answer.status_code == 401
+    # five free a minute per address and worker process (two workers share the load), then
+    # half a second more for each
+    assert max(took[:4]) < 0.5 and took[-1] >= 0.5, took
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(sim_factory, tmp_path):
+    from keel.sim.tls import make_certificate
+    sim = sim_factory()
+    config = write_config(tmp_path / "node", sim)
+    data = yaml.safe_load(config.read_text())
+    first_cert, first_key = make_certificate(tmp_path / "first")
+    data["web"]["cert"], data["web"]["key"] = str(tmp_path / "web.crt"), str(tmp_path / "web.key")
+    shutil.copy(first_cert, data["web"]["cert"])
+    shutil.copy(first_key, data["web"]["key"])
+    config.write_text(yaml.safe_dump(data))
+    web, url = start_web_with(config, data["web"]["cert"])
+    host, port = url.removeprefix("https://").split(":")
+    try:
+        before = ssl.get_server_certificate((host, int(port)))
+        renewed_cert, renewed_key = make_certificate(tmp_path / "renewed")
+        shutil.copy(renewed_key, data["web"]["key"])
+        shutil.copy(renewed_cert, data["web"]["cert"])           # as an ACME renewal does
+        after = wait_for(lambda: (pem := ssl.get_server_certificate((host, int(port)))) != before and pem,
+                         timeout=30, step=0.5)
+        assert after.strip() == renewed_cert.read_text().strip()
+    finally:
+        web.stop()
+
+
+def start_web_with(config, cert):
+    from service_helpers import _start
+    service = _start("web", config)
+    data = yaml.safe_load(config.read_text())
+    url = f"https://{data['web']['listen']}"
+    wait_for(lambda: _answers(url, cert), timeout=30)
+    return service, url
+
+
+def _answers(url, cert):
+    try:
+        return requests.get(url + "/", verify=cert, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

@@ -24,6 +24,7 @@ from keel.validate import Problems, Reader
 
 log = logging.getLogger("keel.engine")
 MAX_BODY = 1024 * 1024
+STATUS_CACHE_S = 1.0
 
 
 def _status_of(err: KeelError) -> int:
@@ -97,9 +98,15 @@ def create_app(engine: Engine) -> Flask:
     def spec() -> Response:
         return jsonify(openapi.SPEC)
 
+    cache: dict[str, Any] = {}
+
     @app.get("/api/status")
     def status() -> Response:
-        return ok(status_data(engine))
+        # Every open UI panel polls this every 3 s: one answer serves all for a second.
+        now = time.monotonic()
+        if cache.get("at") is None or now - cache["at"] > STATUS_CACHE_S:
+            cache["body"], cache["at"] = ok(status_data(engine)).get_data(), now
+        return Response(cache["body"], mimetype="application/json")
 
     @app.get("/api/plan")
     def plan() -> Response:
