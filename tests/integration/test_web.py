@@ -181,3 +181,14 @@ def _answers(url, cert):
         return requests.get(url + "/", verify=cert, timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+def test_runner_views_and_the_webhook_without_runners(stack):
+    sim, url = stack
+    auth = f"PVEAPIToken={DEMO_TOKEN}"
+    for part in ("scale-sets", "runners", "jobs"):
+        answer = call(sim, url, "GET", f"/api/runners/{part}", auth)
+        assert answer.status_code == 200 and answer.json()["data"] == []
+    answer = call(sim, url, "POST", "/webhook", data=b'{"action": "queued"}',
+                  headers={"X-GitHub-Event": "workflow_job", "X-Hub-Signature-256": "sha256=00"})
+    assert answer.status_code == 404 and "runners do not run" in answer.json()["message"]

@@ -222,6 +222,33 @@ def create_app(engine: Engine) -> Flask:
     def runners() -> Response:
         return ok(engine.runners_status())
 
+    def _runners_part(key: str) -> Response:
+        status = engine.runners_status()
+        return ok(status.get(key, []))
+
+    @app.get("/api/runners/scale-sets")
+    def scale_sets() -> Response:
+        return _runners_part("scale_sets")
+
+    @app.get("/api/runners/runners")
+    def runner_list() -> Response:
+        return _runners_part("runners")
+
+    @app.get("/api/runners/jobs")
+    def runner_jobs() -> Response:
+        return _runners_part("jobs")
+
+    @app.post("/api/runners/webhook")
+    def webhook() -> Response:
+        """A GitHub ``workflow_job`` delivery, passed on by keel-web: the runners check its
+        signature (HMAC-SHA256 with the webhook secret)."""
+        running = engine.runners
+        if running is None:
+            return fail(404 if engine.leader else 409, "the runners do not run on this node"
+                        + ("" if engine.leader else f"; {engine.leader_node() or 'no node'} leads"))
+        status, text = running[0].handle_webhook(dict(request.headers), request.get_data())
+        return ok(text, status) if status < 400 else fail(status, text)
+
     @app.get("/api/metrics")
     def metrics() -> Response:
         return Response(openapi.metrics_text(engine), mimetype="text/plain; version=0.0.4")

@@ -70,6 +70,16 @@ SPEC: dict[str, Any] = {
         "/api/config/validate": {"post": _op("Check a config without writing it", "200", "ConfigRequest")},
         "/api/pve/crs": {"get": _op("Proxmox VE's own CRS settings (is its auto-rebalance on?)", errors=("503",))},
         "/api/runners": {"get": _op("Runner scale sets, runners and recent jobs", errors=())},
+        "/api/runners/scale-sets": {"get": _op("Scale sets: desired, current, idle, busy, state", errors=())},
+        "/api/runners/runners": {"get": _op("Runners: VMID, node, state, age, job", errors=())},
+        "/api/runners/jobs": {"get": _op("Recent jobs and how long they waited for a runner", errors=())},
+        "/api/runners/webhook": {"post": {
+            "summary": "A GitHub workflow_job webhook (raw body; X-Hub-Signature-256 checked)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+            "responses": {"202": {"description": "accepted", "content": {"application/json": {
+                "schema": _envelope()}}}, "200": {"description": "ping or duplicate", "content": {
+                    "application/json": {"schema": _envelope()}}},
+                "401": ERROR, "404": ERROR, "409": ERROR}}},
         "/api/metrics": {"get": _op("Prometheus metrics", text=True, errors=())},
         "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
             "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},

@@ -22,17 +22,17 @@ ROLE = "Keel"
 READ = ("Sys.Audit", "VM.Audit", "Datastore.Audit", "Pool.Audit")
 BALANCE = ("VM.Migrate", "Sys.Console", "Datastore.AllocateSpace")
 RUNNERS = ("VM.Allocate", "VM.Clone", "VM.PowerMgmt", "VM.Config.CPU", "VM.Config.Memory",
-           "VM.Config.Options", "VM.GuestAgent.FileWrite", "SDN.Use")
+           "VM.Config.Options", "VM.GuestAgent.Audit", "VM.GuestAgent.FileWrite", "SDN.Use")
 PRIVILEGES = tuple(sorted(set(READ + BALANCE + RUNNERS)))
 
 
 def privileges_for(version: str) -> tuple[str, ...]:
-    """PVE 8 has no ``VM.GuestAgent.*`` privileges: writing a file through the guest agent
-    needs ``VM.Monitor`` there."""
+    """PVE 8 has no ``VM.GuestAgent.*`` privileges: the guest agent needs ``VM.Monitor``
+    there."""
     major = int(version.split(".")[0]) if version[:1].isdigit() else 9
     if major >= 9:
         return PRIVILEGES
-    return tuple(sorted(set(PRIVILEGES) - {"VM.GuestAgent.FileWrite"} | {"VM.Monitor"}))
+    return tuple(sorted(set(PRIVILEGES) - {"VM.GuestAgent.Audit", "VM.GuestAgent.FileWrite"} | {"VM.Monitor"}))
 
 
 @dataclass

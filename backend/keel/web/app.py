@@ -209,6 +209,19 @@ def create_app(config: cfg.Config) -> Flask:
             log.info("%s %s by %s: %s", request.method, path, caller.user, status)
         return Response(raw, status=status, content_type=ctype or "application/json")
 
+    @app.post("/webhook")
+    def github_webhook() -> Response:
+        """GitHub's ``workflow_job`` deliveries for the runners.  No PVE credential: the
+        runners check the delivery's HMAC-SHA256 signature against the webhook secret."""
+        headers = {name: request.headers[name] for name in
+                   ("X-Hub-Signature-256", "X-GitHub-Event", "X-GitHub-Delivery") if name in request.headers}
+        headers["Content-Type"] = "application/json"
+        try:
+            status, ctype, raw = engine.request("POST", "/api/runners/webhook", request.get_data(), headers)
+        except KeelError as err:
+            return envelope(503, err.message)
+        return Response(raw, status=status, content_type=ctype or "application/json")
+
     @app.get("/metrics")
     def metrics() -> Response:
         mode = config.web.metrics
