@@ -12,16 +12,24 @@ import requests
 from keel.runners import fleet
 from keel.runners.endpoint import Endpoint
 from keel.runners.webhooks import signature
-from runners_helpers import kit_fixture, scenario
+from runners_helpers import SimPool, kit_fixture, scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 3,
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 SECRET = "s3cr3t-webhook-value"
 
 
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """One simulator per scenario for the module, reset before each test."""
+    pool = SimPool(tmp_path_factory.mktemp("sims"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def kit(sim_factory, tmp_path):
-    make, made = kit_fixture(sim_factory, tmp_path)
+def kit(pool, tmp_path):
+    make, made = kit_fixture(pool, tmp_path)
     secret = tmp_path / "webhook-secret"
     secret.write_text(SECRET + "\n")
     kit = make([SMALL], scenario(github={"lost_runner": "60s"}),
