@@ -81,6 +81,7 @@ class Executor:
         self.clock = clock
         self.sleep = sleep
         self.poll_s = poll_s
+        self._comigrating: set[str] = set()    # HA sids the CRM moves along with a partner
 
     def run(self, plan: Plan) -> Execution:
         execution = Execution(uuid.uuid4().hex[:12])
@@ -120,6 +121,10 @@ class Executor:
             record = self.store.move_started(plan_id, move, self.requested_by, None, now)
         item = _Running(move, record, now)
         self._emit("start", **_describe(move), reason=move.reason, detail=move.detail)
+        if move.ha_sid and move.ha_sid in self._comigrating:
+            # a positive-affinity partner's HA migrate took this one along: follow it, ask nothing
+            log.info("%s: %s (%s) moves with its HA partner", plan_id, move.name, move.vmid)
+            return item
         try:
             refusal = self._preflight(move)
             if refusal:
@@ -174,6 +179,9 @@ class Executor:
             blocking = (answer or {}).get("blocking-resources") if isinstance(answer, dict) else None
             if blocking:
                 raise KeelError(f"HA refused: blocked by {', '.join(b.get('sid', '?') for b in blocking)}")
+            along = (answer or {}).get("comigrated-resources") if isinstance(answer, dict) else None
+            for entry in along or []:
+                self._comigrating.add(entry.get("sid") if isinstance(entry, dict) else str(entry))
             return None
         params: dict[str, Any] = {"target": move.target}
         if move.type == "qemu":
