@@ -99,7 +99,8 @@ def cmd_web(args: argparse.Namespace, env: Any) -> int:
         from keel.web.app import create_app
         return create_app(cfg.load(path))
 
-    serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 2, "threads": 16,
+    # One worker process: the auth cache and the count of refused credentials are its own.
+    serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 1, "threads": 32,
                  "timeout": 60, "keepalive": 75,        # the panel polls every 3 s: keep its connection
                  "certfile": cert, "keyfile": key, "proc_name": "keel-web",
                  "post_worker_init": _watch_cert(cert, key)})

@@ -33,7 +33,8 @@ def test_status_plan_and_apply_through_the_local_api(engine):
     done = wait_for(lambda: (j := client.call("GET", f"/api/jobs/{job['id']}"))["state"] != "running" and j,
                     timeout=120)
     assert done["state"] == "done", done
-    assert done["progress"]["ok"] == done["progress"]["total"] == len(plan["moves"])
+    # the engine plans again when asked to apply: the same cluster, perhaps a move more or less
+    assert done["progress"]["ok"] == done["progress"]["total"] == len(done["plan"]["moves"]) > 0
     history = client.call("GET", "/api/history")
     assert {m["requested_by"] for m in history["moves"]} == {"cli:tester"}
     after = client.call("GET", "/api/plan")["before"]["imbalance"]["keel"]

@@ -138,9 +138,9 @@ def test_repeated_refused_credentials_are_answered_more_and_more_slowly(stack):
         answer = call(sim, url, "GET", "/api/history", f"PVEAPIToken=keel@pve!keel=wrong-{i}")
         took.append(time.monotonic() - start)
         assert answer.status_code == 401
-    # five free a minute per address and worker process (two workers share the load), then
-    # half a second more for each
-    assert max(took[:4]) < 0.5 and took[-1] >= 0.5, took
+    # five free a minute per address, then half a second more for each (up to 3 s): the 9th
+    # waits 2 s at least (more if this module's other tests were refused just before)
+    assert took[-1] >= 1.9 and took[-1] > took[0], took
 
 
 def test_a_renewed_certificate_is_served_without_a_restart(sim_factory, tmp_path):
