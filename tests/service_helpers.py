@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import requests
 import yaml
@@ -113,3 +114,24 @@ def wait_for(predicate: Any, timeout: float = 30.0, step: float = 0.2) -> Any:
             return value
         time.sleep(step)
     raise AssertionError("timed out waiting")
+
+
+@contextlib.contextmanager
+def node_stack(tmp: Path, clock_factor: float) -> Iterator[tuple[Any, str]]:
+    """The demo simulator, keel-engine (leading) and keel-web on it: yields (sim, web URL)."""
+    from conftest import DEMO_SCENARIO, start_sim
+    sim = start_sim(DEMO_SCENARIO, tmp / "sim", clock_factor)
+    try:
+        config = write_config(tmp / "node", sim)
+        engine, client = start_engine(config)
+        try:
+            web, url = start_web(config)
+            try:
+                wait_for(lambda: client.call("GET", "/api/status")["leader"])
+                yield sim, url
+            finally:
+                web.stop()
+        finally:
+            engine.stop()
+    finally:
+        sim.stop()

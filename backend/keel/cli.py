@@ -214,10 +214,13 @@ def cmd_sim(args: argparse.Namespace, env: Env) -> int:
 
 
 def cmd_import_proxlb(args: argparse.Namespace, env: Env) -> int:
-    from keel.errors import InvalidError
     from keel.importers.proxlb import import_file
+    return write_converted(import_file(args.file), args, env)
 
-    text = import_file(args.file)
+
+def write_converted(text: str, args: argparse.Namespace, env: Any) -> int:
+    """An importer's output: to ``--output`` if given, else to stdout."""
+    from keel.errors import InvalidError
     if not args.output:
         env.stdout.write(text)
         return ExitStatus.OK

@@ -176,19 +176,9 @@ def _events(args: argparse.Namespace, env: Any) -> int:
 
 
 def cmd_import_rungar(args: argparse.Namespace, env: Any) -> int:
+    from keel.cli import write_converted
     from keel.importers.rungar import import_file
-
-    text = import_file(args.file)
-    if not args.output:
-        env.stdout.write(text)
-        return ExitStatus.OK
-    try:
-        Path(args.output).write_text(text)
-    except OSError as err:
-        raise InvalidError(f"cannot write {args.output}: {err.strerror}") from None
-    print(f"wrote {args.output} (converted from {args.file}); read its comments before using it",
-          file=env.stderr)
-    return ExitStatus.OK
+    return write_converted(import_file(args.file), args, env)
 
 
 COMMANDS = {"runners": cmd_runners, "import-rungar": cmd_import_rungar}

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import DEMO_TOKEN
 from keel.engine.openapi import SPEC
-from service_helpers import start_engine, start_web, wait_for, write_config
+from service_helpers import node_stack
 
 SECRET = DEMO_TOKEN.split("=", 1)[1]
 AUTH = {"Authorization": f"PVEAPIToken={DEMO_TOKEN}"}
@@ -36,17 +36,8 @@ OPERATIONS = [(path, method.upper()) for path, item in SPEC["paths"].items() for
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from conftest import DEMO_SCENARIO, start_sim
-    tmp = tmp_path_factory.mktemp("fuzz")
-    sim = start_sim(DEMO_SCENARIO, tmp / "sim", 60)
-    config = write_config(tmp / "node", sim)
-    engine, client = start_engine(config)
-    web, url = start_web(config)
-    wait_for(lambda: client.call("GET", "/api/status")["leader"])
-    yield sim, url
-    web.stop()
-    engine.stop()
-    sim.stop()
+    with node_stack(tmp_path_factory.mktemp("fuzz"), 60) as running:
+        yield running
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,22 +13,13 @@ import requests
 import yaml
 
 from conftest import DEMO_TOKEN
-from service_helpers import start_engine, start_web, wait_for, write_config  # noqa: F401
+from service_helpers import node_stack, wait_for, write_config
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from conftest import DEMO_SCENARIO, start_sim
-    tmp = tmp_path_factory.mktemp("web")
-    sim = start_sim(DEMO_SCENARIO, tmp / "sim", 20)
-    config = write_config(tmp / "node", sim)
-    engine, client = start_engine(config)
-    web, url = start_web(config)
-    wait_for(lambda: client.call("GET", "/api/status")["leader"])
-    yield sim, url
-    web.stop()
-    engine.stop()
-    sim.stop()
+    with node_stack(tmp_path_factory.mktemp("web"), 20) as running:
+        yield running
 
 
 def ticket(sim, user, password="keel-demo"):

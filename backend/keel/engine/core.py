@@ -27,7 +27,7 @@ from typing import Any, Callable
 from keel import config as cfg
 from keel.balance.balancer import best_node, make_plan
 from keel.balance.plan import Plan
-from keel.balance.rounds import Rounds, iter_guest_samples
+from keel.balance.rounds import Rounds
 from keel.engine.jobs import Job, Jobs
 from keel.engine.lease import Lease
 from keel.errors import BusyError, InvalidError, KeelError
@@ -276,8 +276,6 @@ class Engine:
         settings = self.config.balancing
         snap = self.snapshot(max_age_s=0)
         samples = self.store.samples(now - settings.window_s) or None
-        if samples is None:
-            samples = {k: [v] for k, v in iter_guest_samples(snap)}
         return make_plan(snap, settings, self.store.history(now), now, samples, method=method)
 
     def best_node(self, cores: float, memory: int) -> list[Any]:
