@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench schema clean
+.PHONY: demo test test-debian bench schema clean ui
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,18 @@ bench: $(STAMP)
 	$(PY) tests/bench/web.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
+
+# The web UI plugin: one flat file, like pve-manager's pvemanagerlib.js, built from
+# pve-ui/src/*.js in name order.
+UI_JS  := $(sort $(wildcard pve-ui/src/*.js))
+UI_CSS := $(wildcard pve-ui/keel.css)
+
+ui: build/pve-ui/keel.js
+
+build/pve-ui/keel.js: $(UI_JS) $(UI_CSS)
+	mkdir -p build/pve-ui
+	cat $(UI_JS) > $@.tmp && mv $@.tmp $@
+	$(if $(UI_CSS),cp $(UI_CSS) build/pve-ui/keel.css)
 
 schema:
 	tools/trim-pve-schema
