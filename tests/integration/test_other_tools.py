@@ -3,7 +3,8 @@ token and with a password: prometheus-pve-exporter's scrape handler with its def
 collectors, and a plain proxmoxer script. Also the endpoints the exporter needs beyond the
 cluster's load (backup info, replication, subscription, QDevice), as PVE answers them.
 
-(ProxLB, the third tool the README names, is not on PyPI and is checked by hand.)
+(ProxLB, the third tool the README names, is not on PyPI: it was checked by hand, as
+docs/simulator.md "ProxLB" records.)
 """
 
 from __future__ import annotations
