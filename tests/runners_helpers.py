@@ -9,10 +9,11 @@ according to the simulator's request log.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import requests
 from cryptography.hazmat.primitives import serialization
@@ -251,3 +252,81 @@ def kit_fixture(sim_factory: Any, tmp_path: Path) -> Any:
         made.append(kit)
         return kit
     return make, made
+
+
+SMALL_SET = {"name": "keel-c2-m4", "max_runners": 2,
+             "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
+LARGE_SET = {"name": "keel-c8-m16", "max_runners": 1, "priority": 10,
+             "providers": [{"name": "pve", "runner": {"cores": 8, "memory": "16GiB"}}]}
+
+
+@dataclass
+class RunnersStack:
+    """The simulator (real time, fake GitHub), keel-engine hosting the runners, keel-web."""
+
+    sim: Any
+    url: str                   # keel-web
+    client: Any                # the engine's local API
+    config: Path
+    secrets: Path              # engine.secrets_dir
+    engine: Any = None
+    web: Any = None
+
+    def gh(self, method: str, path: str, body: dict | None = None) -> Any:
+        response = requests.request(method, f"{self.sim.url}/_github/{path}", json=body,
+                                    verify=self.sim.cert, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def ticket(self, user: str = "root@pam", password: str = "keel-sim") -> str:
+        answer = requests.post(f"{self.sim.url}/api2/json/access/ticket",
+                               data={"username": user, "password": password}, verify=self.sim.cert, timeout=10)
+        return answer.json()["data"]["ticket"]
+
+
+def runners_scenario() -> dict[str, Any]:
+    """``scenario()`` in real time for the services: quick boots and polls, an auditor."""
+    data = scenario(start_time=None, boot="2s", github={"long_poll": "1s", "connect": "1s"})
+    data["users"].append({"userid": "auditor@pve", "password": "keel-sim"})
+    data["acl"].append({"path": "/", "role": "PVEAuditor", "user": "auditor@pve"})
+    return data
+
+
+def runners_section(sim: Any, key: Path, scale_sets: list[dict] | None = None) -> dict[str, Any]:
+    return {"github": {"url": f"{sim.url}/my-org", "app_client_id": CLIENT_ID,
+                       "app_installation_id": INSTALLATION, "app_private_key_path": str(key),
+                       "tls": {"ca_file": sim.cert}},
+            "providers": [{"name": "pve", "type": "proxmox", "runner": {"template": 9000, "pool": "runners"}}],
+            "scale_sets": scale_sets or [SMALL_SET, LARGE_SET], "reconcile_interval": "5s"}
+
+
+@contextlib.contextmanager
+def runners_stack(tmp: Path, scale_sets: list[dict] | None = None) -> Iterator[RunnersStack]:
+    """The stack of ``RunnersStack``, the runners configured (GitHub App key in the secrets
+    directory); everything stopped at the end."""
+    import yaml
+    from conftest import start_sim
+    from service_helpers import start_engine, start_web, wait_for, write_config
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump(runners_scenario()))
+    sim = start_sim(tmp / "scenario.yaml", tmp / "sim", 1.0)
+    try:
+        secrets = tmp / "node" / "secrets"
+        secrets.mkdir(parents=True, mode=0o700)
+        key = write_private_key(secrets / "github-app.pem")
+        config = write_config(tmp / "node", sim, api_token=TOKEN)
+        data = yaml.safe_load(config.read_text())
+        data["runners"] = runners_section(sim, key, scale_sets)
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        engine, client = start_engine(config)
+        try:
+            web, url = start_web(config)
+            try:
+                wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
+                yield RunnersStack(sim, url, client, config, secrets, engine, web)
+            finally:
+                web.stop()
+        finally:
+            engine.stop()
+    finally:
+        sim.stop()

@@ -37,7 +37,7 @@ def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = No
         "engine": {"socket": str(tmp / "engine.sock"), "store": str(tmp / "keel.db"),
                    "lock": str(lock or tmp / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
                    "shared_dir": str(shared or tmp / "shared"), "node": node, "status_interval": "1s",
-                   **(engine or {})},
+                   "secrets_dir": str(tmp / "secrets"), **(engine or {})},
         "web": {"listen": f"127.0.0.1:{web_port or free_port()}", "cert": str(cert_dir / "sim.crt"),
                 "key": str(cert_dir / "sim.key"), "metrics": "auth"},
     }
@@ -68,10 +68,10 @@ class Service:
         return self.log.read_text() if self.log.exists() else ""
 
 
-def _start(kind: str, config: Path) -> Service:
+def _start(kind: str, config: Path, args: tuple[str, ...] = ()) -> Service:
     log = config.parent / f"{kind}.log"
     handle = open(log, "w")
-    process = subprocess.Popen([sys.executable, "-m", "keel", kind, "--config", str(config)],
+    process = subprocess.Popen([sys.executable, "-m", "keel", kind, "--config", str(config), *args],
                                stdout=handle, stderr=subprocess.STDOUT, env=python_env(), start_new_session=True)
     handle.close()
     return Service(process, log, config)
@@ -90,8 +90,9 @@ def start_engine(config: Path) -> tuple[Service, EngineClient]:
     return service, client
 
 
-def start_web(config: Path) -> tuple[Service, str]:
-    service = _start("web", config)
+def start_web(config: Path, args: tuple[str, ...] = ()) -> tuple[Service, str]:
+    """``args``: more of ``keel web``'s options, such as ``("--harness", "www")``."""
+    service = _start("web", config, args)
     data = yaml.safe_load(config.read_text())
     url = f"https://{data['web']['listen']}"
     deadline = time.monotonic() + 30

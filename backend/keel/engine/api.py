@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from keel.engine import openapi
+from keel.engine import openapi, runners_admin
 from keel.engine.core import Engine, NotLeaderError
 from keel.errors import AuthError, InvalidError, KeelError, NotFoundError
 from keel.units import parse_size
@@ -238,6 +238,45 @@ def create_app(engine: Engine) -> Flask:
     def runner_jobs() -> Response:
         return _runners_part("jobs")
 
+    @app.get("/api/runners/waits")
+    def runner_waits() -> Response:
+        limit = request.args.get("limit", "100")
+        if not limit.isdigit() or not 0 < int(limit) <= runners_admin.WAIT_JOBS_MAX:
+            raise InvalidError(f"limit: expected 1 to {runners_admin.WAIT_JOBS_MAX}, got {limit!r}")
+        return ok(runners_admin.waits(engine, int(limit)))
+
+    @app.get("/api/runners/settings")
+    def runner_settings_get() -> Response:
+        return ok(runners_admin.settings_view(engine))
+
+    @app.put("/api/runners/settings")
+    def runner_settings_put() -> Response:
+        settings, given = _runner_change()
+        return ok(runners_admin.change(engine, settings, given, who()))
+
+    @app.post("/api/runners/settings/validate")
+    def runner_settings_validate() -> Response:
+        settings, given = _runner_change()
+        try:
+            return ok(runners_admin.change(engine, settings, given, who(), write=False))
+        except InvalidError as err:
+            return ok({"valid": False, "written": False, "message": err.message, "errors": err.errors})
+
+    @app.put("/api/runners/secrets/<secret_id>")
+    def runner_secret_put(secret_id: str) -> Response:
+        r = body()
+        value = r.get("value", str)
+        r.done()
+        r.problems.raise_if_any()
+        return ok(runners_admin.change(engine, None, {secret_id: value}, who()))
+
+    @app.post("/api/runners/test")
+    def runner_test() -> Response:
+        r = body()
+        r.done()
+        r.problems.raise_if_any()
+        return ok(runners_admin.test_connection(engine))
+
     @app.post("/api/runners/webhook")
     def webhook() -> Response:
         """A GitHub ``workflow_job`` delivery, passed on by keel-web: the runners check its
@@ -254,6 +293,16 @@ def create_app(engine: Engine) -> Flask:
         return Response(openapi.metrics_text(engine), mimetype="text/plain; version=0.0.4")
 
     return app
+
+
+def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``{"settings": {...} (optional), "secrets": {id: value} (optional)}``."""
+    r = body()
+    settings = r.raw("settings", None)
+    given = r.get("secrets", dict, {})
+    r.done()
+    r.problems.raise_if_any()
+    return (None if settings is None else runners_admin.json_body_settings(settings)), given
 
 
 def _config_text() -> str:

@@ -75,6 +75,10 @@ class Engine:
         self._status_cache: tuple[float, Any] | None = None
         self._status_lock = threading.Lock()
         self.runners: Any = None
+        self.runners_error: str | None = None
+        self._runners_lock = threading.Lock()      # one start, stop or restart at a time
+        self._runners_retry_at = 0.0
+        self._runner_store: Any = None
 
     # -- life -------------------------------------------------------------------------------
 
@@ -139,14 +143,22 @@ class Engine:
         if config.engine != self.config.engine:
             log.warning("config: engine paths changed; they take effect when keel-engine restarts")
         proxmox_changed = config.proxmox != self.config.proxmox
+        runners_changed = config.runners != self.config.runners
         self.config = config
         self.config_error = None
         if proxmox_changed:
             old, self.client = self.client, self._client()
             old.close()
         log.info("config %s reloaded", self.config_path)
+        if runners_changed:
+            self._runners_retry_at = 0.0
+            if self.runners is not None:
+                threading.Thread(target=self._restart_runners, name="keel-runners-restart", daemon=True).start()
         self._wake.set()
         return True
+
+    def log_change(self, what: str, requested_by: str) -> None:
+        log.info("%s changed by %s", what, requested_by)
 
     def validate_config(self, text: str) -> cfg.Config:
         import yaml
@@ -229,30 +241,67 @@ class Engine:
         settings = getattr(self.config, "runners", None)
         if self.runners is not None or settings is None or not getattr(settings, "configured", False):
             return
+        if self.clock() < self._runners_retry_at or not self._runners_lock.acquire(blocking=False):
+            return                                # a restart is under way, or it failed just now
         try:
+            if self.runners is not None or self._stop.is_set():
+                return
             from keel.runners.service import RunnerService
-        except ImportError:
-            return
-        service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock)
-        stop = threading.Event()
-        thread = threading.Thread(target=service.run, args=(stop,), name="keel-runners", daemon=True)
-        self.runners = (service, stop, thread)
-        thread.start()
+            try:
+                service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock)
+            except KeelError as err:              # a secret file missing: said, retried, never fatal
+                self.runners_error = str(err)
+                self._runners_retry_at = self.clock() + 30.0
+                self._error("runners", str(err))
+                log.error("the runners cannot start: %s", err)
+                return
+            self.runners_error = None
+            stop = threading.Event()
+            thread = threading.Thread(target=service.run, args=(stop,), name="keel-runners", daemon=True)
+            self.runners = (service, stop, thread)
+            thread.start()
+        finally:
+            self._runners_lock.release()
 
     def _stop_runners(self) -> None:
-        if self.runners is None:
-            return
-        service, stop, thread = self.runners
-        stop.set()
-        thread.join(timeout=60)
-        service.close()
-        self.runners = None
+        with self._runners_lock:
+            if self.runners is None:
+                return
+            service, stop, thread = self.runners
+            stop.set()
+            thread.join(timeout=60)
+            service.close()
+            self.runners = None
+
+    def _restart_runners(self) -> None:
+        """The runners' settings changed: the service stops (runners in flight come to rest)
+        and the lease loop starts one with the new settings, which adopts the VMs."""
+        log.info("runner settings changed: the runners restart")
+        self._stop_runners()
+        if self.leader and not self._stop.is_set():
+            self._start_runners()
 
     def runners_status(self) -> dict[str, Any]:
-        if self.runners is None:
+        running = self.runners
+        if running is None:
             configured = getattr(getattr(self.config, "runners", None), "configured", False)
-            return {"enabled": configured, "active": False}
-        return {"enabled": True, "active": True, **self.runners[0].status()}
+            return {"enabled": configured, "active": False, "error": self.runners_error,
+                    "leader": self.leader, "leader_node": self.leader_node()}
+        return {"enabled": True, "active": True, "error": None, "leader": True, "leader_node": self.node,
+                **running[0].status()}
+
+    def runner_store(self) -> Any:
+        """The runners' tables in this node's database (jobs and events), also on a follower."""
+        running = self.runners
+        if running is not None:
+            return running[0].store
+        if self._runner_store is None:
+            from keel.runners.store import RunnerStore
+            try:
+                self._runner_store = RunnerStore(self.config.engine.store)
+            except KeelError:
+                return None
+        return self._runner_store
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -73,6 +73,25 @@ SPEC: dict[str, Any] = {
         "/api/runners/scale-sets": {"get": _op("Scale sets: desired, current, idle, busy, state", errors=())},
         "/api/runners/runners": {"get": _op("Runners: VMID, node, state, age, job", errors=())},
         "/api/runners/jobs": {"get": _op("Recent jobs and how long they waited for a runner", errors=())},
+        "/api/runners/waits": {"get": _op(
+            "Job wait times (queued to started) of the last jobs that started, and p50/p95 per scale set",
+            params=[_q("limit", {"type": "integer", "minimum": 1, "maximum": 1000})], errors=("400",))},
+        "/api/runners/settings": {
+            "get": _op("The runners: section as written, and whether each secret is set (never its value)",
+                       errors=("400",)),
+            "put": _op("Replace the runners: section and set secrets (validated first, errors keyed by config "
+                       "path; secrets written 0600 to engine.secrets_dir; the runners restart)",
+                       "200", "RunnerChange")},
+        "/api/runners/settings/validate": {"post": _op(
+            "Check runner settings and secrets without writing: {valid, message, errors by config path}",
+            "200", "RunnerChange")},
+        "/api/runners/secrets/{secret_id}": {"put": _op(
+            "Set or replace one secret (write-only): github.app_private_key, github.token, webhook.secret or "
+            "providers.<name>.token_secret; a default file is named in the config if it names none",
+            "200", "SecretRequest", params=[_q("secret_id", {"type": "string"}, where="path")])},
+        "/api/runners/test": {"post": _op(
+            "Test connection: GitHub credentials, runners and scale sets; each provider and its templates. "
+            "A list of {check, target, ok, message}", "200", "Empty", errors=("400",))},
         "/api/runners/webhook": {"post": {
             "summary": "A GitHub workflow_job webhook (raw body; X-Hub-Signature-256 checked)",
             "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
@@ -93,6 +112,13 @@ SPEC: dict[str, Any] = {
         "MaintenanceRequest": {"type": "object", "additionalProperties": False, "required": ["action"],
                                "properties": {"action": {"type": "string", "enum": ["enter", "leave"]},
                                               "evacuate": {"type": "boolean", "default": True}}},
+        "RunnerChange": {"type": "object", "additionalProperties": False, "properties": {
+            "settings": {"type": "object", "description": "the whole runners: section, as in the config file"},
+            "secrets": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 16384},
+                        "description": "secret id -> new value (write-only)"}}},
+        "SecretRequest": {"type": "object", "additionalProperties": False, "required": ["value"],
+                          "properties": {"value": {"type": "string", "maxLength": 16384}}},
+        "Empty": {"type": "object", "additionalProperties": False},
         "ConfigRequest": {"type": "object", "additionalProperties": False, "required": ["text"],
                           "properties": {"text": {"type": "string", "maxLength": 1048576}}},
     }},

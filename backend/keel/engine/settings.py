@@ -13,6 +13,7 @@ use, so that several can run side by side on one machine (tests do).
       shared_dir: /etc/pve/keel           # cluster-wide state: maintenance, the leader
       node: pve1                          # this node's name (default: the host name)
       status_interval: 30s                # followers: how old a cluster reading may be
+      secrets_dir: /etc/pve/priv/keel     # where the web UI's secrets are written (0600)
     web:
       listen: 0.0.0.0:8443
       cert: /etc/pve/local/pveproxy-ssl.pem   # default: this, else pve-ssl.pem
@@ -50,6 +51,7 @@ class EngineSettings:
     shared_dir: str = "/etc/pve/keel"
     node: str = ""
     status_interval_s: float = 30.0
+    secrets_dir: str = "/etc/pve/priv/keel"
 
     @property
     def node_name(self) -> str:
@@ -91,7 +93,8 @@ def read_engine(r: Reader) -> EngineSettings:
         socket=r.get("socket", str, d.socket), socket_group=r.get("socket_group", str, d.socket_group),
         store=r.get("store", str, d.store), lock=r.get("lock", str, d.lock),
         lock_expiry_s=expiry, lock_renew_s=renew, shared_dir=r.get("shared_dir", str, d.shared_dir),
-        node=r.get("node", str, d.node), status_interval_s=r.duration("status_interval", d.status_interval_s))
+        node=r.get("node", str, d.node), status_interval_s=r.duration("status_interval", d.status_interval_s),
+        secrets_dir=r.get("secrets_dir", str, d.secrets_dir))
     r.done()
     return settings
 

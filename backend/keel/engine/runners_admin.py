@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: AGPL-3.0-or-later
+"""The runners' settings as the web UI edits them: read and written as JSON, secrets
+write-only, "test connection", and the job wait history (``engine.api`` routes to these).
+
+The ``runners:`` section is replaced in the config file in place: the other sections, and
+their comments, stay as they were written (comments inside ``runners:`` are not kept).
+Every change is validated as a whole config first, with each problem keyed by its path
+(``runners.scale_sets[1].max_runners``); secrets are checked too (keyed
+``runners.github.app_private_key`` and so on, ``keel.runners.secrets``), written to the
+secrets directory (``engine.secrets_dir``) with mode 0600, and only then is the config
+written.  No answer ever holds a secret: only whether each is set.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from keel.errors import InvalidError
+from keel.runners import check as checks, secrets
+from keel.store import atomic_write
+
+if TYPE_CHECKING:
+    from keel.engine.core import Engine
+
+SECTION = "runners"
+WAIT_JOBS_MAX = 1000
+
+
+# -- the config file --------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """YAML data as JSON can carry it (dates and other scalars as text)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _load(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as err:
+        raise InvalidError(f"the config file is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidError("the config file is not a mapping")
+    return data
+
+
+def replace_section(text: str, key: str, value: Any) -> str:
+    """``text`` with its top-level ``key:`` block replaced by ``value`` (appended if absent;
+    removed if ``value`` is None).  Other lines are kept byte for byte; if the result would
+    change another section (an unusual layout), the whole file is written anew."""
+    block = "" if value is None else yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False,
+                                                     allow_unicode=True)
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(rf"^{re.escape(key)}\s*:", line)), None)
+    if start is None:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        result = text + sep + block
+    else:
+        end = next((j for j in range(start + 1, len(lines))
+                    if lines[j].strip() and lines[j][0] not in " \t#"), len(lines))
+        while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+            end -= 1
+        result = "".join(lines[:start]) + block + "".join(lines[end:])
+    before, after = _load(text), _load(result)
+    before.pop(key, None)
+    after.pop(key, None)
+    if before != after:
+        data = _load(text)
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+        result = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return result
+
+
+def _read_config(engine: "Engine") -> str:
+    try:
+        return engine.config_path.read_text()
+    except OSError as err:
+        raise InvalidError(f"cannot read the config {engine.config_path}: {err.strerror}") from None
+
+
+def _section(text: str) -> dict[str, Any]:
+    runners = _load(text).get(SECTION)
+    return copy.deepcopy(runners) if isinstance(runners, dict) else {}
+
+
+def settings_view(engine: "Engine") -> dict[str, Any]:
+    """The ``runners:`` section as written, each secret's state, and where secrets go."""
+    runners = _section(_read_config(engine))
+    return {"settings": _plain(runners), "secrets": secrets.state(runners),
+            "secrets_dir": engine.config.engine.secrets_dir, "path": str(engine.config_path),
+            "config_error": engine.config_error,
+            "in_force": engine.config.runners.configured}
+
+
+def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, Any], who: str,
+           write: bool = True) -> dict[str, Any]:
+    """Validate (and with ``write``, carry out) new runner settings and secrets.
+
+    ``settings``: the whole ``runners:`` section (None: keep the file's; ``{}`` removes
+    it); ``given``: secret id -> new value.  ``InvalidError`` lists every problem keyed by
+    its config path.  Answers which secrets were written, never their content."""
+    text = _read_config(engine)
+    runners = copy.deepcopy(settings) if settings is not None else _section(text)
+    errors: dict[str, str] = {}
+    planned: list[tuple[Path, str, str]] = []
+    directory = Path(engine.config.engine.secrets_dir)
+    for secret_id, value in given.items():
+        try:
+            found = secrets.slot(runners, secret_id)
+            content = secrets.check(found, value)
+            path = secrets.path_of(runners, found)
+            if path is None:
+                where = secrets.mapping(runners, found.section, create=True)
+                if where is None:
+                    raise InvalidError(f"{found.field}: its provider is not in the settings",
+                                       errors={found.field: "its provider is not in the settings"})
+                path = where[found.key] = str(directory / found.default_name)
+            planned.append((secrets.inside(directory, path, found.field), content, found.id))
+        except InvalidError as err:
+            errors.update(err.errors or {f"runners.{secret_id}": err.message})
+    new_text = replace_section(text, SECTION, runners if runners else None)
+    try:
+        engine.validate_config(new_text)
+    except InvalidError as err:
+        errors.update(err.errors or {SECTION: err.message})
+    if errors:
+        raise InvalidError(f"{len(errors)} problem(s): " + "; ".join(f"{k}: {v}" for k, v in errors.items()),
+                           errors=errors)
+    if not write:
+        return {"valid": True, "written": False, "secrets": [s for _, _, s in planned]}
+    for path, content, _ in planned:
+        secrets.write(path, content)
+    if new_text != text:
+        atomic_write(engine.config_path, new_text)
+    engine.log_change(f"runner settings ({', '.join(s for _, _, s in planned) or 'no secret'} set)", who)
+    engine.reload_if_changed()
+    return {"valid": True, "written": True, "secrets": [s for _, _, s in planned],
+            "state": secrets.state(runners)}
+
+
+# -- test connection --------------------------------------------------------------------------
+
+
+def test_connection(engine: "Engine") -> dict[str, Any]:
+    """The checks of ``keel.runners.check`` on the settings in force, scrubbed of secrets."""
+    settings = engine.config.runners
+    if not settings.configured:
+        return {"ok": False, "results": [{"check": "settings", "target": str(engine.config_path), "ok": False,
+                                          "message": "no runners: section in the config"}]}
+    results = checks.connection(settings, engine.client, engine.clock)
+    hidden = secrets.values(_section(_read_config(engine)))
+    for result in results:
+        for value in hidden:
+            result["message"] = result["message"].replace(value, "[secret]")
+    return {"ok": all(r["ok"] is not False for r in results), "results": results}
+
+
+# -- job waits ------------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def waits(engine: "Engine", limit: int) -> dict[str, Any]:
+    """The last ``limit`` jobs that started: queued → started, per job and per scale set."""
+    store = engine.runner_store()
+    rows = [] if store is None else store.jobs(limit=WAIT_JOBS_MAX)
+    jobs = []
+    for row in rows:
+        if row.get("started_at") is None or row.get("queued_at") is None:
+            continue
+        jobs.append({"job_id": row["job_id"], "scale_set": row["scale_set"], "repo": row["repo"],
+                     "queued_at": row["queued_at"], "started_at": row["started_at"],
+                     "wait_s": round(max(0.0, row["started_at"] - row["queued_at"]), 1),
+                     "runner_wait_s": None if row.get("assigned_at") is None else
+                     round(max(0.0, row["started_at"] - row["assigned_at"]), 1),
+                     "runner": row["runner"], "state": row["state"]})
+        if len(jobs) >= limit:
+            break
+    jobs.sort(key=lambda j: j["queued_at"])
+    per_set: dict[str, list[float]] = {}
+    for job in jobs:
+        per_set.setdefault(job["scale_set"] or "", []).append(job["wait_s"])
+    summary = {name: {"jobs": len(v), "p50_s": _percentile(v, 0.5), "p95_s": _percentile(v, 0.95),
+                      "max_s": max(v)} for name, v in sorted(per_set.items())}
+    return {"jobs": jobs, "scale_sets": summary}
+
+
+def json_body_settings(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InvalidError("settings: expected the runners section as a JSON object",
+                           errors={"settings": "expected a JSON object"})
+    if len(json.dumps(data)) > 512 * 1024:
+        raise InvalidError("settings: too large")
+    return data

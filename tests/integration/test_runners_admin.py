@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: AGPL-3.0-or-later
+"""The runners' settings through keel-web (real processes, the simulator's fake GitHub):
+read and written as JSON with errors keyed by config path, secrets write-only (0600,
+never in an answer), test connection naming what failed, job wait history, privileges,
+and the runners restarting with new settings."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+import requests
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from runners_helpers import LARGE_SET, SMALL_SET, TOKEN, app_key, runners_stack
+from service_helpers import wait_for
+
+AUTH = {"Authorization": f"PVEAPIToken={TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with runners_stack(tmp_path_factory.mktemp("runners-admin")) as running:
+        yield running
+
+
+def api(stack, method, path, body=None, auth=None):
+    headers = {"Authorization": auth} if auth else AUTH
+    return requests.request(method, stack.url + path, headers=headers, verify=stack.sim.cert, timeout=60,
+                            data=None if body is None else json.dumps(body))
+
+
+def settings(stack):
+    answer = api(stack, "GET", "/api/runners/settings")
+    assert answer.status_code == 200, answer.text
+    return answer.json()["data"]
+
+
+def every_answer(stack):
+    """The text of every GET answer the UI reads."""
+    return "".join(api(stack, "GET", p).text for p in
+                   ("/api/runners", "/api/runners/settings", "/api/runners/scale-sets", "/api/runners/runners",
+                    "/api/runners/jobs", "/api/runners/waits", "/api/config", "/api/status"))
+
+
+def test_settings_read_as_written_with_secrets_only_set_or_not(stack):
+    data = settings(stack)
+    assert [s["name"] for s in data["settings"]["scale_sets"]] == ["keel-c2-m4", "keel-c8-m16"]
+    assert data["in_force"] is True and data["secrets_dir"] == str(stack.secrets)
+    by_id = {s["id"]: s for s in data["secrets"]}
+    assert by_id["github.app_private_key"]["set"] is True
+    assert by_id["github.token"] == {"id": "github.token", "field": "runners.github.token",
+                                     "config_key": "runners.github.token_path", "path": None, "set": False}
+    assert "PRIVATE KEY" not in json.dumps(data)
+
+
+def test_a_bad_setting_is_refused_with_its_path_and_nothing_is_written(stack):
+    before = stack.config.read_text()
+    data = settings(stack)["settings"]
+    data["scale_sets"][1]["max_runners"] = 0
+    data["scale_sets"][0]["placement"] = "sideways"
+    data["github"]["url"] = "http://github.com/x"
+    checked = api(stack, "POST", "/api/runners/settings/validate", {"settings": data})
+    assert checked.status_code == 200 and checked.json()["data"]["valid"] is False
+    errors = checked.json()["data"]["errors"]
+    assert set(errors) == {"runners.scale_sets[1].max_runners", "runners.scale_sets[0].placement",
+                           "runners.github.url"}, errors
+    answer = api(stack, "PUT", "/api/runners/settings", {"settings": data})
+    assert answer.status_code == 400
+    assert answer.json()["errors"] == errors
+    assert stack.config.read_text() == before
+
+
+def test_secrets_are_checked_written_0600_and_never_shown(stack):
+    auth_errors = {}
+    for secret_id, value, field in (
+            ("github.token", "hunter2hunter2", "runners.github.token"),
+            ("github.app_private_key", "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----",
+             "runners.github.app_private_key"),
+            ("webhook.secret", "short", "runners.webhook.secret"),
+            ("webhook.secret", "x" * 20000, "runners.webhook.secret")):
+        answer = api(stack, "PUT", f"/api/runners/secrets/{secret_id}", {"value": value})
+        assert answer.status_code == 400, answer.text
+        assert field in answer.json()["errors"], answer.text
+        assert value[:12] not in answer.text or value.startswith("-----")
+        auth_errors[secret_id] = answer.json()["errors"][field]
+    assert "not a GitHub token" in auth_errors["github.token"]
+    ec_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    answer = api(stack, "PUT", "/api/runners/secrets/github.app_private_key", {"value": ec_key})
+    assert "not an RSA private key" in answer.json()["errors"]["runners.github.app_private_key"]
+    assert api(stack, "PUT", "/api/runners/secrets/nothing", {"value": "x"}).status_code == 400
+    # a webhook secret without a path in the config: a default file, named in the config
+    secret = "whsec-" + "Zq8" * 8
+    answer = api(stack, "PUT", "/api/runners/secrets/webhook.secret", {"value": secret})
+    assert answer.status_code == 200, answer.text
+    path = stack.secrets / "github-webhook-secret"
+    assert path.read_text() == secret and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert f"secret_path: {path}" in stack.config.read_text()
+    assert {s["id"]: s["set"] for s in settings(stack)["secrets"]}["webhook.secret"] is True
+    # the private key replaced with another good one, in place
+    key_pem = app_key().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                      serialization.NoEncryption()).decode()
+    answer = api(stack, "PUT", "/api/runners/secrets/github.app_private_key", {"value": key_pem})
+    assert answer.status_code == 200, answer.text
+    assert stat.S_IMODE((stack.secrets / "github-app.pem").stat().st_mode) == 0o600
+    text = every_answer(stack)
+    assert secret not in text and "PRIVATE KEY-----" not in text and key_pem.splitlines()[1] not in text
+    engine_log = stack.engine.log_text() + stack.web.log_text()
+    assert secret not in engine_log and key_pem.splitlines()[1] not in engine_log
+    # the running service picked up the webhook secret: a signed delivery is accepted
+    wait_for(lambda: requests.post(f"{stack.url}/webhook", data=b"{}", verify=stack.sim.cert, timeout=30,
+                                   headers={"X-GitHub-Event": "ping", "X-Hub-Signature-256": "sha256=00"}
+                                   ).status_code == 401, timeout=60)
+
+
+def test_a_secret_outside_the_secrets_directory_is_refused(stack):
+    data = settings(stack)["settings"]
+    data["github"]["app_private_key_path"] = "/etc/shadow"
+    answer = api(stack, "PUT", "/api/runners/settings",
+                 {"settings": data, "secrets": {"github.app_private_key": "-----BEGIN X PRIVATE KEY-----"}})
+    assert answer.status_code == 400
+    errors = answer.json()["errors"]
+    assert "runners.github.app_private_key" in errors
+
+
+def test_test_connection_says_what_works_and_names_what_fails(stack):
+    answer = api(stack, "POST", "/api/runners/test", {})
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["data"]
+    assert result["ok"] is True, result
+    names = [r["check"] for r in result["results"]]
+    assert names[:3] == ["GitHub credentials", "GitHub runners", "GitHub scale sets"]
+    assert "provider pve: template 9000" in names
+    # a template that does not exist, and another App key: both named
+    data = settings(stack)["settings"]
+    data["scale_sets"][1]["providers"][0]["runner"]["template"] = 9100
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    good = (stack.secrets / "github-app.pem").read_text()
+    answer = api(stack, "PUT", "/api/runners/settings", {"settings": data, "secrets": {"github.app_private_key": other}})
+    assert answer.status_code == 200, answer.text
+    try:
+        result = wait_for(lambda: (lambda r: r if not r["ok"] else None)(
+            api(stack, "POST", "/api/runners/test", {}).json()["data"]), timeout=30)
+        failed = {r["check"]: r["message"] for r in result["results"] if r["ok"] is False}
+        assert "GitHub credentials" in failed and "401" in failed["GitHub credentials"], failed
+        assert "does not exist" in failed["provider pve: template 9100"], failed
+        assert other.splitlines()[1] not in json.dumps(result)
+    finally:
+        data["scale_sets"][1]["providers"][0]["runner"]["template"] = 9000
+        assert api(stack, "PUT", "/api/runners/settings",
+                   {"settings": data, "secrets": {"github.app_private_key": good}}).status_code == 200
+    wait_for(lambda: api(stack, "POST", "/api/runners/test", {}).json()["data"]["ok"], timeout=30)
+
+
+def test_an_auditor_reads_but_may_not_change_or_test(stack):
+    auth = f"PVEAuthCookie={stack.ticket('auditor@pve')}"
+    assert api(stack, "GET", "/api/runners/settings", auth=auth).status_code == 200
+    assert api(stack, "GET", "/api/runners/waits", auth=auth).status_code == 200
+    for method, path, body in (("PUT", "/api/runners/settings", {"settings": {}}),
+                               ("POST", "/api/runners/settings/validate", {}),
+                               ("PUT", "/api/runners/secrets/github.token", {"value": "ghp_" + "a" * 36}),
+                               ("POST", "/api/runners/test", {})):
+        answer = api(stack, method, path, body, auth=auth)
+        assert answer.status_code == 403 and "Sys.Modify" in answer.json()["message"], (path, answer.text)
+
+
+def test_new_settings_restart_the_runners_and_jobs_show_their_wait(stack):
+    data = settings(stack)["settings"]
+    data["scale_sets"] = [SMALL_SET, {**LARGE_SET, "max_runners": 2}]
+    answer = api(stack, "PUT", "/api/runners/settings", {"settings": data})
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: [s["max"] for s in api(stack, "GET", "/api/runners/scale-sets").json()["data"]] == [2, 2]
+             and stack.gh("GET", "state")["sessions"], timeout=60)
+    [job] = stack.gh("POST", "jobs", {"labels": ["keel-c2-m4"], "duration": 2})["ids"]
+    wait_for(lambda: [j for j in api(stack, "GET", "/api/runners/waits").json()["data"]["jobs"]
+                      if str(j["job_id"]) == str(job)], timeout=90)
+    waits = api(stack, "GET", "/api/runners/waits?limit=10").json()["data"]
+    assert waits["scale_sets"]["keel-c2-m4"]["jobs"] >= 1 and waits["jobs"][-1]["wait_s"] >= 0
+    assert api(stack, "GET", "/api/runners/waits?limit=0").status_code == 400
