@@ -13,10 +13,17 @@ $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
+# ExtJS (GPL, npm) for the web UI harness: a test and demo dependency, never shipped.
+EXTJS := www/node_modules/extjs-gpl/build/ext-all.js
+
+$(EXTJS): www/package.json www/package-lock.json
+	cd www && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
 demo: $(STAMP)
 	$(VENV)/bin/keel demo
 
-test: $(STAMP)
+test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q
 
 # The same suite on Debian's own python3 and packages (python3-proxmoxer, python3-flask, ...),

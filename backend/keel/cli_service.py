@@ -21,6 +21,9 @@ def add_parsers(sub: Any, add_connection: Any = None) -> None:
     engine.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
     web = sub.add_parser("web", help="run keel-web in the foreground (the HTTPS gateway for the web UI)")
     web.add_argument("--config", metavar="FILE", help="default: $KEEL_CONFIG or /etc/pve/keel/keel.yaml")
+    web.add_argument("--harness", metavar="DIR",
+                     help="development aid: also serve the standalone web UI harness in DIR (the "
+                          "repository's www/) at /harness/, with a login against proxmox.url")
     setup = sub.add_parser("setup", help="make Keel's PVE user, role, token and a default config (idempotent)",
                            description="Log in as an administrator (for example --pve-user root@pam "
                                        "--pve-password-file FILE) and make what Keel needs. Safe to run again.")
@@ -95,11 +98,15 @@ def cmd_web(args: argparse.Namespace, env: Any) -> int:
     for what, file in (("certificate", cert), ("key", key)):
         if not os.access(file, os.R_OK):
             raise InvalidError(f"keel-web cannot read its TLS {what} {file}; set web.cert and web.key")
+    harness = None
+    if getattr(args, "harness", None):
+        from keel.web.harness import Harness
+        harness = Harness.from_dir(args.harness)
     _logging("keel-web")
 
     def load() -> Any:
         from keel.web.app import create_app
-        return create_app(cfg.load(path))
+        return create_app(cfg.load(path), harness)
 
     # One worker process: the auth cache and the count of refused credentials are its own.
     serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 1, "threads": 32,

@@ -152,3 +152,40 @@ def target_from(settings: ProxmoxSettings, env: dict[str, str] | None = None) ->
 
 def _is_local(url: str) -> bool:
     return "127.0.0.1" in url or "localhost" in url
+
+
+def replace_section(text: str, key: str, value: dict[str, Any]) -> str:
+    """The config file ``text`` with its top-level ``key:`` section replaced by ``value``
+    (or added at the end); every other line, comments included, stays as it was.  This is
+    how the web UI's settings window saves ``balancing`` alone.
+
+    >>> replace_section("# mine\\nbalancing: {hold: 1}\\nweb: {}\\n", "balancing", {"hold": 2})
+    '# mine\\nbalancing:\\n  hold: 2\\nweb: {}\\n'
+    """
+    try:
+        current = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as err:
+        raise InvalidError(f"config: the file is not valid YAML, so {key} cannot be set alone: {err}") from None
+    if current is not None and not isinstance(current, dict):
+        raise InvalidError(f"config: the file is not a mapping, so {key} cannot be set alone")
+    block = yaml.safe_dump({key: value}, default_flow_style=False, sort_keys=False)
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"{key}:")), None)
+    if start is None:
+        return "".join(lines) + block
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#" and not
+                                (lines[end].startswith("#") and _top_level_follows(lines, end))):
+        end += 1
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def _top_level_follows(lines: list[str], index: int) -> bool:
+    """A column-0 comment belongs to the next section when only comments or blank lines lie
+    between it and a top-level key."""
+    for line in lines[index:]:
+        if line.strip() and not line.startswith("#"):
+            return not line[0].isspace()
+    return True

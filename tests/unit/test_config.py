@@ -83,3 +83,15 @@ def test_malformed_tokens_are_refused(token):
 def test_bad_urls_are_refused(url):
     with pytest.raises(InvalidError, match="https://host:8006"):
         cfg.target_from(cfg.ProxmoxSettings(url=url), {"KEEL_PVE_TOKEN": TOKEN})
+
+
+def test_one_section_is_replaced_and_every_other_line_kept():
+    from keel.config import replace_section
+    text = ("# Keel\nproxmox:\n  url: https://x:8006  # here\n# the balancer\nbalancing:\n  hold: 1\n"
+            "  # inner\n  limits:\n    moves: 2\n\n# web part\nweb:\n  listen: 0.0.0.0:8443\n")
+    out = replace_section(text, "balancing", {"hold": 3, "limits": {"moves": 4}})
+    assert out == ("# Keel\nproxmox:\n  url: https://x:8006  # here\n# the balancer\nbalancing:\n  hold: 3\n"
+                   "  limits:\n    moves: 4\n# web part\nweb:\n  listen: 0.0.0.0:8443\n")
+    assert replace_section("proxmox: {}", "balancing", {"hold": 3}) == "proxmox: {}\nbalancing:\n  hold: 3\n"
+    with pytest.raises(InvalidError, match="not a mapping"):
+        replace_section("- a\n", "balancing", {})

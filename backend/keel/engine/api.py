@@ -16,6 +16,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
+from keel import config as cfg
 from keel.engine import openapi, runners_admin
 from keel.engine.core import Engine, NotLeaderError
 from keel.errors import AuthError, InvalidError, KeelError, NotFoundError
@@ -192,11 +193,12 @@ def create_app(engine: Engine) -> Flask:
             text = ""
             engine._error("config", f"cannot read {engine.config_path}: {err.strerror}")
         return ok({"path": str(engine.config_path), "text": text, "error": engine.config_error,
-                   "balancing": openapi.balancing_json(engine.config.balancing)})
+                   "balancing": openapi.balancing_json(engine.config.balancing),
+                   "sections": {"balancing": _raw_section(text, "balancing") or {}}})
 
     @app.post("/api/config/validate")
     def config_validate() -> Response:
-        text = _config_text()
+        text = _config_text(engine)
         try:
             engine.validate_config(text)
         except InvalidError as err:
@@ -205,7 +207,7 @@ def create_app(engine: Engine) -> Flask:
 
     @app.put("/api/config")
     def config_put() -> Response:
-        text = _config_text()
+        text = _config_text(engine)
         engine.put_config(text, who())
         return ok({"path": str(engine.config_path), "written": True})
 
@@ -305,14 +307,30 @@ def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any]]:
     return (None if settings is None else runners_admin.json_body_settings(settings)), given
 
 
-def _config_text() -> str:
+def _config_text(engine: Engine) -> str:
+    """The whole file (``text``), or the file as it is with its ``balancing`` section
+    replaced by a mapping (``balancing``: what the web UI's settings window sends)."""
     r = body()
-    text = r.get("text", str)
+    text = r.get("text", str, None)
+    section = r.get("balancing", dict, None)
     r.done()
     r.problems.raise_if_any()
+    if (text is None) == (section is None):
+        raise InvalidError("expected text (the whole config file) or balancing (that section alone)")
+    if section is not None:
+        text = cfg.replace_section(engine.config_path.read_text(), "balancing", section)
     if len(text) > MAX_BODY:
         raise InvalidError("text: the config is too large")
     return text
+
+
+def _raw_section(text: str, key: str) -> Any:
+    import yaml
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return data.get(key) if isinstance(data, dict) else None
 
 
 def status_data(engine: Engine) -> dict[str, Any]:

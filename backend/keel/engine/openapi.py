@@ -65,7 +65,8 @@ SPEC: dict[str, Any] = {
             _q("cores", {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1024}, True),
             _q("memory", {"type": "string", "example": "8GiB"}, True)])},
         "/api/config": {
-            "get": _op("The config file, its last error, the balancing settings in force", errors=()),
+            "get": _op("The config file, its last error, the balancing settings in force, the "
+                       "file's balancing section as written (sections.balancing)", errors=()),
             "put": _op("Replace the config file (validated first; written atomically)", "200", "ConfigRequest")},
         "/api/config/validate": {"post": _op("Check a config without writing it", "200", "ConfigRequest")},
         "/api/pve/crs": {"get": _op("Proxmox VE's own CRS settings (is its auto-rebalance on?)", errors=("503",))},
@@ -119,8 +120,11 @@ SPEC: dict[str, Any] = {
         "SecretRequest": {"type": "object", "additionalProperties": False, "required": ["value"],
                           "properties": {"value": {"type": "string", "maxLength": 16384}}},
         "Empty": {"type": "object", "additionalProperties": False},
-        "ConfigRequest": {"type": "object", "additionalProperties": False, "required": ["text"],
-                          "properties": {"text": {"type": "string", "maxLength": 1048576}}},
+        "ConfigRequest": {"type": "object", "additionalProperties": False,
+                          "description": "text (the whole file) or balancing (that section alone, the "
+                                         "rest of the file kept as it is, comments included)",
+                          "properties": {"text": {"type": "string", "maxLength": 1048576},
+                                         "balancing": {"type": "object"}}},
     }},
 }
 

@@ -66,3 +66,25 @@ def check(base_url: str, authorization: str, verify: bool | str, timeout_s: floa
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UnavailableError("Proxmox VE's permission answer was not understood") from None
     return Caller(user, privileges)
+
+
+def login(base_url: str, username: str, password: str, verify: bool | str,
+          timeout_s: float = 10.0) -> dict[str, object]:
+    """A PVE ticket for a user name and password (``POST /access/ticket``), as PVE's login
+    window gets one: ``{"username", "ticket", "CSRFPreventionToken", "cap"}``.  Only the
+    web UI harness (a development aid) uses it; the password is passed through, never kept."""
+    url = base_url.rstrip("/") + "/api2/json/access/ticket"
+    try:
+        response = requests.post(url, data={"username": username, "password": password},
+                                 verify=verify, timeout=timeout_s)
+    except requests.RequestException as err:
+        raise UnavailableError(f"cannot log in at Proxmox VE {base_url}: {type(err).__name__}") from None
+    if response.status_code == 401:
+        raise AuthError(f"login failed for {username!r}: Proxmox VE refused the user name or password")
+    if response.status_code != 200:
+        raise UnavailableError(f"Proxmox VE answered {response.status_code} to a login")
+    try:
+        data = response.json()["data"]
+        return {key: data[key] for key in ("username", "ticket", "CSRFPreventionToken", "cap")}
+    except (ValueError, KeyError, TypeError):
+        raise UnavailableError("Proxmox VE's login answer was not understood") from None

@@ -114,7 +114,9 @@ def _pve_verify(config: cfg.Config) -> bool | str:
     return settings.verify_tls
 
 
-def create_app(config: cfg.Config) -> Flask:
+def create_app(config: cfg.Config, harness: Any = None) -> Flask:
+    """``harness`` (a ``keel.web.harness.Harness``, from ``keel web --harness DIR``) adds the
+    standalone web UI page for development and tests; never on in the package."""
     app = Flask("keel.web")
     app.url_map.merge_slashes = False     # no redirects: every answer is JSON
     app.url_map.strict_slashes = False
@@ -126,6 +128,8 @@ def create_app(config: cfg.Config) -> Flask:
     def allowed_origin(origin: str) -> bool:
         if origin in extra_origins:
             return True
+        if harness is not None and origin == request.host_url.rstrip("/"):
+            return True                   # the harness page calls its own origin
         host = (request.host or "").rsplit(":", 1)[0].strip("[]")
         parts = urlsplit(origin)
         return parts.scheme == "https" and parts.hostname == host and parts.port == 8006
@@ -236,6 +240,10 @@ def create_app(config: cfg.Config) -> Flask:
         except KeelError as err:
             return envelope(503, err.message)
         return Response(raw, status=status, content_type=ctype)
+
+    if harness is not None:
+        from keel.web.harness import blueprint
+        app.register_blueprint(blueprint(harness, config.proxmox.url, _pve_verify(config)))
 
     @app.get("/")
     def index() -> Response:

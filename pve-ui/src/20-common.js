@@ -1,0 +1,135 @@
+/*
+ * PVE.keel.Render: the renderers both Keel panels share (load bars, health icons,
+ * durations, sizes, guests, tasks).  Every value from the helper is HTML-encoded.
+ * SPDX-License-Identifier: AGPL-3.0-or-later
+ */
+Ext.define('PVE.keel.Render', {
+    singleton: true,
+
+    // '<i class="fa fa-fw good fa-check"></i>' and friends (PVE's health classes, both themes).
+    healthIcon: function (state) {
+        var icon = { good: 'good fa-check-circle', warning: 'warning fa-exclamation-circle',
+            critical: 'critical fa-times-circle', busy: 'fa-refresh fa-spin', off: 'faded fa-circle-o' }[state]
+            || 'faded fa-question-circle';
+        return '<i class="fa fa-fw ' + icon + '"></i>';
+    },
+
+    health: function (state, text) {
+        return PVE.keel.Render.healthIcon(state) + ' ' + Ext.htmlEncode(text === undefined ? '' : text);
+    },
+
+    percent: function (frac, digits) {
+        if (frac === null || frac === undefined || isNaN(frac)) {
+            return '-';
+        }
+        return (frac * 100).toFixed(digits === undefined ? 0 : digits) + '%';
+    },
+
+    // "41% -> 35%" for a before and after, one figure when they agree.
+    change: function (before, after) {
+        var R = PVE.keel.Render;
+        if (after === undefined || after === null || Math.abs(before - after) < 0.005) {
+            return R.percent(before);
+        }
+        return R.percent(before) + ' <i class="fa fa-long-arrow-right"></i> ' + R.percent(after);
+    },
+
+    size: function (bytes) {
+        if (bytes === null || bytes === undefined) {
+            return '-';
+        }
+        var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'], value = bytes, i = 0;
+        while (value >= 1024 && i < units.length - 1) {
+            value /= 1024;
+            i++;
+        }
+        return (i === 0 ? value : value.toFixed(value < 10 ? 1 : 0)) + ' ' + units[i];
+    },
+
+    duration: function (seconds) {
+        if (seconds === null || seconds === undefined) {
+            return '-';
+        }
+        var s = Math.round(seconds);
+        if (s < 60) {
+            return s + 's';
+        }
+        if (s < 3600) {
+            return Math.floor(s / 60) + 'm ' + (s % 60 ? (s % 60) + 's' : '');
+        }
+        if (s < 86400) {
+            return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+        }
+        return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
+    },
+
+    // A Unix time as local date and time.
+    timestamp: function (t) {
+        if (!t) {
+            return '-';
+        }
+        return Ext.Date.format(new Date(t * 1000), 'Y-m-d H:i:s');
+    },
+
+    // "3m ago" for a recent Unix time.
+    ago: function (t, now) {
+        if (!t) {
+            return '-';
+        }
+        var seconds = Math.max(0, (now || Date.now() / 1000) - t);
+        return Ext.String.format(gettext('{0} ago'), PVE.keel.Render.duration(seconds));
+    },
+
+    guest: function (vmid, name, type) {
+        var icon = type === 'lxc' || type === 'ct' ? 'fa-cube' : 'fa-desktop';
+        return '<i class="fa fa-fw ' + icon + '"></i> ' + Ext.htmlEncode(vmid) +
+            (name ? ' (' + Ext.htmlEncode(name) + ')' : '');
+    },
+
+    node: function (name) {
+        return '<i class="fa fa-fw fa-building"></i> ' + Ext.htmlEncode(name);
+    },
+
+    // A UPID as a link that opens PVE's task viewer (PVE.keel.Render.openTask).
+    task: function (upid) {
+        if (!upid) {
+            return '';
+        }
+        return '<a href="#" class="keel-task" data-upid="' + Ext.htmlEncode(upid) + '">' +
+            '<i class="fa fa-fw fa-list-alt"></i> ' + gettext('Task') + '</a>';
+    },
+
+    openTask: function (upid) {
+        if (Ext.ClassManager.get('Proxmox.window.TaskViewer')) {
+            Ext.create('Proxmox.window.TaskViewer', { upid: upid }).show();
+        }
+    },
+
+    // Opens the task viewer for clicks on task links inside `component`'s element.
+    wireTaskLinks: function (component) {
+        component.on('afterrender', function () {
+            component.getEl().on('click', function (event, target) {
+                event.preventDefault();
+                PVE.keel.Render.openTask(target.getAttribute('data-upid'));
+            }, null, { delegate: 'a.keel-task' });
+        });
+    },
+
+    // A grid column with a progress bar for a 0..1 field (the theme's own progress bar).
+    loadColumn: function (text, dataIndex, extra) {
+        return Ext.apply({
+            text: text,
+            dataIndex: dataIndex,
+            xtype: 'widgetcolumn',
+            width: 150,
+            widget: {
+                xtype: 'progressbarwidget',
+                textTpl: ['{percent:number("0")}%'],
+            },
+            onWidgetAttach: function (column, widget, record) {
+                var value = record.get(dataIndex);
+                widget.setHidden(value === null || value === undefined);
+            },
+        }, extra);
+    },
+});
