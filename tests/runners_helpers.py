@@ -278,7 +278,7 @@ class RunnersStack:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def ticket(self, user: str = "root@pam", password: str = "keel-sim") -> str:
+    def ticket(self, user: str = "root@pam", password: str = "keel-demo") -> str:
         answer = requests.post(f"{self.sim.url}/api2/json/access/ticket",
                                data={"username": user, "password": password}, verify=self.sim.cert, timeout=10)
         return answer.json()["data"]["ticket"]
@@ -287,7 +287,8 @@ class RunnersStack:
 def runners_scenario() -> dict[str, Any]:
     """``scenario()`` in real time for the services: quick boots and polls, an auditor."""
     data = scenario(start_time=None, boot="2s", github={"long_poll": "1s", "connect": "1s"})
-    data["users"].append({"userid": "auditor@pve", "password": "keel-sim"})
+    data["users"][0]["password"] = "keel-demo"           # as the demo's, for the web UI harness
+    data["users"].append({"userid": "auditor@pve", "password": "keel-demo"})
     data["acl"].append({"path": "/", "role": "PVEAuditor", "user": "auditor@pve"})
     return data
 
@@ -301,9 +302,11 @@ def runners_section(sim: Any, key: Path, scale_sets: list[dict] | None = None) -
 
 
 @contextlib.contextmanager
-def runners_stack(tmp: Path, scale_sets: list[dict] | None = None) -> Iterator[RunnersStack]:
+def runners_stack(tmp: Path, scale_sets: list[dict] | None = None,
+                  web_args: tuple[str, ...] = ()) -> Iterator[RunnersStack]:
     """The stack of ``RunnersStack``, the runners configured (GitHub App key in the secrets
-    directory); everything stopped at the end."""
+    directory); everything stopped at the end.  ``web_args``: more ``keel web`` options
+    (``("--harness", "www")`` for the UI tests)."""
     import yaml
     from conftest import start_sim
     from service_helpers import start_engine, start_web, wait_for, write_config
@@ -320,7 +323,7 @@ def runners_stack(tmp: Path, scale_sets: list[dict] | None = None) -> Iterator[R
         config.write_text(yaml.safe_dump(data, sort_keys=False))
         engine, client = start_engine(config)
         try:
-            web, url = start_web(config)
+            web, url = start_web(config, web_args)
             try:
                 wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
                 yield RunnersStack(sim, url, client, config, secrets, engine, web)
