@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from keel import config as cfg
 from keel.errors import InvalidError
 from keel.runners import check as checks, secrets
 from keel.store import atomic_write
@@ -59,22 +60,21 @@ def _load(text: str) -> dict[str, Any]:
 
 
 def replace_section(text: str, key: str, value: Any) -> str:
-    """``text`` with its top-level ``key:`` block replaced by ``value`` (appended if absent;
-    removed if ``value`` is None).  Other lines are kept byte for byte; if the result would
+    """``text`` with its top-level ``key:`` block replaced by ``value`` (``config.replace_section``:
+    other lines kept byte for byte), or removed when ``value`` is None.  If the result would
     change another section (an unusual layout), the whole file is written anew."""
-    block = "" if value is None else yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False,
-                                                     allow_unicode=True)
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if re.match(rf"^{re.escape(key)}\s*:", line)), None)
-    if start is None:
-        sep = "" if not text or text.endswith("\n") else "\n"
-        result = text + sep + block
+    if value is not None:
+        result = cfg.replace_section(text, key, value)
     else:
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if re.match(rf"^{re.escape(key)}\s*:", line)), None)
+        if start is None:
+            return text
         end = next((j for j in range(start + 1, len(lines))
                     if lines[j].strip() and lines[j][0] not in " \t#"), len(lines))
         while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
             end -= 1
-        result = "".join(lines[:start]) + block + "".join(lines[end:])
+        result = "".join(lines[:start]) + "".join(lines[end:])
     before, after = _load(text), _load(result)
     before.pop(key, None)
     after.pop(key, None)
