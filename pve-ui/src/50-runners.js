@@ -158,7 +158,7 @@ Ext.define('PVE.keel.RunnerEdit', {
                 field = name ? form.findField(name) : null;
             }
             if (field) {
-                field.markInvalid(text);
+                field.markInvalid(Ext.htmlEncode(text));      // errors quote what was typed
             } else {
                 loose.push(Ext.htmlEncode(path) + ': ' + Ext.htmlEncode(text));
             }

@@ -6,8 +6,11 @@ and the runners restarting with new settings."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import stat
+import time
 
 import pytest
 import requests
@@ -36,6 +39,15 @@ def settings(stack):
     answer = api(stack, "GET", "/api/runners/settings")
     assert answer.status_code == 200, answer.text
     return answer.json()["data"]
+
+
+def ping(stack, secret):
+    """A GitHub ping delivered through keel-web, signed with ``secret`` (64 zeros: a bad signature)."""
+    body = b'{"zen": "Keep it logically awesome."}'
+    signature = secret if secret == "0" * 64 else hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return requests.post(f"{stack.url}/webhook", data=body, verify=stack.sim.cert, timeout=30,
+                         headers={"X-GitHub-Event": "ping", "X-Hub-Signature-256": f"sha256={signature}",
+                                  "X-GitHub-Delivery": f"d-{time.monotonic_ns()}"}).status_code
 
 
 def every_answer(stack):
@@ -110,10 +122,15 @@ def test_secrets_are_checked_written_0600_and_never_shown(stack):
     assert secret not in text and "PRIVATE KEY-----" not in text and key_pem.splitlines()[1] not in text
     engine_log = stack.engine.log_text() + stack.web.log_text()
     assert secret not in engine_log and key_pem.splitlines()[1] not in engine_log
-    # the running service picked up the webhook secret: a signed delivery is accepted
-    wait_for(lambda: requests.post(f"{stack.url}/webhook", data=b"{}", verify=stack.sim.cert, timeout=30,
-                                   headers={"X-GitHub-Event": "ping", "X-Hub-Signature-256": "sha256=00"}
-                                   ).status_code == 401, timeout=60)
+    # the running service took the webhook secret: a badly signed delivery is refused, a
+    # signed one accepted; replaced in place (the config unchanged), the new one is in force
+    wait_for(lambda: ping(stack, "0" * 64) == 401, timeout=60)
+    wait_for(lambda: ping(stack, secret) == 200, timeout=60)
+    other = "whsec-" + "Kp3" * 8
+    answer = api(stack, "PUT", "/api/runners/secrets/webhook.secret", {"value": other})
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: ping(stack, other) == 200, timeout=90)
+    assert ping(stack, secret) == 401
 
 
 def test_a_secret_outside_the_secrets_directory_is_refused(stack):

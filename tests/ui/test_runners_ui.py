@@ -204,3 +204,30 @@ def test_dark_theme_and_an_auditor_sees_but_cannot_change(open_ui, runners, answ
     disabled = page.evaluate("() => ['#github', '#test', '#scaleSetAdd', '#providerAdd'].map(id =>"
                              " Ext.ComponentQuery.query('pveKeelRunners')[0].down(id).isDisabled())")
     assert disabled == [True, True, True, True]
+
+
+def test_a_size_that_never_fits_is_shown_backing_off_in_words(open_ui, runners, answers):
+    get = requests.get(runners.url + "/api/runners/settings", headers=AUTH, verify=runners.sim.cert, timeout=30)
+    settings = get.json()["data"]["settings"]
+    huge = json.loads(json.dumps(settings))
+    huge["scale_sets"].append({"name": "keel-c8-m128", "max_runners": 1,
+                               "providers": [{"name": "pve", "runner": {"cores": 8, "memory": "128GiB"}}]})
+    put = requests.put(runners.url + "/api/runners/settings", headers=AUTH, verify=runners.sim.cert, timeout=30,
+                       data=json.dumps({"settings": huge}))
+    assert put.status_code == 200, put.text
+    try:
+        page = open_ui()
+        select_tab(page, "keel-runners")
+        page.wait_for_function("() => { const p = Ext.ComponentQuery.query('pveKeelRunners')[0];"
+                               " return p && p.down('#scaleSets').getStore().getById('keel-c8-m128'); }",
+                               timeout=60000)
+        wait_for(lambda: state_of(page, "keel-c8-m128") == "LISTENING", timeout=60)
+        runners.gh("POST", "jobs", {"labels": ["keel-c8-m128"], "duration": 5})
+        wait_for(lambda: state_of(page, "keel-c8-m128") == "BACKING OFF", timeout=60)
+        details = {r["name"]: r["details"] for r in grid_rows(page, "scaleSets")}["keel-c8-m128"]
+        assert any("backing off pve until" in d and "no node could ever hold" in d for d in details), details
+        page.wait_for_selector("text=BACKING OFF")
+        screenshot(page, "runners-backing-off")
+    finally:
+        requests.put(runners.url + "/api/runners/settings", headers=AUTH, verify=runners.sim.cert, timeout=30,
+                     data=json.dumps({"settings": settings}))

@@ -151,9 +151,7 @@ class Engine:
             old.close()
         log.info("config %s reloaded", self.config_path)
         if runners_changed:
-            self._runners_retry_at = 0.0
-            if self.runners is not None:
-                threading.Thread(target=self._restart_runners, name="keel-runners-restart", daemon=True).start()
+            self.restart_runners()
         self._wake.set()
         return True
 
@@ -272,6 +270,13 @@ class Engine:
             thread.join(timeout=60)
             service.close()
             self.runners = None
+
+    def restart_runners(self) -> None:
+        """Soon, in a thread of its own (the lease loop must keep renewing): the runners stop
+        and start again with the config and secret files as they are now."""
+        self._runners_retry_at = 0.0
+        if self.runners is not None:
+            threading.Thread(target=self._restart_runners, name="keel-runners-restart", daemon=True).start()
 
     def _restart_runners(self) -> None:
         """The runners' settings changed: the service stops (runners in flight come to rest)

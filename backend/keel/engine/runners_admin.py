@@ -145,12 +145,15 @@ def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, A
                            errors=errors)
     if not write:
         return {"valid": True, "written": False, "secrets": [s for _, _, s in planned]}
+    in_force = engine.config.runners
     for path, content, _ in planned:
         secrets.write(path, content)
     if new_text != text:
         atomic_write(engine.config_path, new_text)
     engine.log_change(f"runner settings ({', '.join(s for _, _, s in planned) or 'no secret'} set)", who)
-    engine.reload_if_changed()
+    engine.reload_if_changed()                # new runner settings restart the runners
+    if planned and engine.config.runners == in_force:
+        engine.restart_runners()              # a secret replaced in place: read it again
     return {"valid": True, "written": True, "secrets": [s for _, _, s in planned],
             "state": secrets.state(runners)}
 
