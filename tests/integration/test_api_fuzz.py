@@ -25,11 +25,13 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.f
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(st.text(max_size=12), inner, max_size=4)),
                       max_leaves=12)
-keys = st.sampled_from(["method", "action", "evacuate", "text", "node", "since", "limit", "cores", "memory"])
+keys = st.sampled_from(["method", "action", "evacuate", "text", "node", "since", "limit", "cores", "memory",
+                        "settings", "secrets", "value"])
 bodies = st.one_of(st.dictionaries(st.one_of(keys, st.text(max_size=12)), values, max_size=4), values,
                    st.builds(lambda a, e: {"action": a, "evacuate": e},
                              st.sampled_from(["enter", "leave", "maybe"]), st.booleans()))
 words = st.one_of(st.sampled_from(["pve1", "pve4", "pve9", "0", "-1", "1e9", "8GiB", "lots", "keel",
+                                   "github.token", "webhook.secret", "providers.pve.token_secret",
                                    "../../etc/passwd", "%00", "x" * 300]), st.text(max_size=20))
 OPERATIONS = [(path, method.upper()) for path, item in SPEC["paths"].items() for method in item]
 
