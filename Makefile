@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench schema clean ui
+.PHONY: demo test test-debian bench schema clean ui deb test-package
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,28 @@ build/pve-ui/keel.js: $(UI_JS) $(UI_CSS)
 	mkdir -p build/pve-ui
 	cat $(UI_JS) > $@.tmp && mv $@.tmp $@
 	$(if $(UI_CSS),cp $(UI_CSS) build/pve-ui/keel.css)
+
+# The Debian package, dist/pve-keel_<version>_all.deb (version from debian/changelog),
+# built from a copy of the sources in build/deb/ with Debian's own python3 (no venv, no
+# pyenv on PATH), then checked by lintian: errors and warnings fail (docs/packaging.md).
+DEB_SOURCES := backend pve-ui debian docs README.md LICENSE Makefile setup.cfg pyproject.toml
+DEB_PATH    := /usr/sbin:/usr/bin:/sbin:/bin
+
+deb:
+	rm -rf build/deb && mkdir -p build/deb/pve-keel dist
+	tar -c --exclude=__pycache__ --exclude='*.egg-info' --exclude=build $(DEB_SOURCES) \
+	    | tar -x -C build/deb/pve-keel
+	cd build/deb/pve-keel && env -u PYTHONPATH -u VIRTUAL_ENV PATH=$(DEB_PATH) \
+	    dpkg-buildpackage -b -us -uc --no-sign
+	env PATH=$(DEB_PATH) lintian --fail-on error,warning --info build/deb/pve-keel_*.changes
+	rm -f dist/pve-keel_*_all.deb && cp build/deb/pve-keel_*_all.deb dist/
+	@ls -l dist/pve-keel_*_all.deb
+
+# Builds the package, then installs, upgrades, removes and purges it on this machine
+# (root, Debian 12 or 13): tests/package/, not part of `make test`.
+test-package: deb
+	env -u PYTHONPATH -u VIRTUAL_ENV PATH=$(DEB_PATH) /usr/bin/python3 -m pytest -p no:cacheprovider \
+	    -o addopts="-ra --strict-markers" -W "ignore::pytest.PytestUnraisableExceptionWarning" --confcutdir=tests/package -v -s tests/package
 
 schema:
 	tools/trim-pve-schema
