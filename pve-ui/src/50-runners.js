@@ -32,7 +32,15 @@ Ext.define('PVE.keel.RunnersUtil', {
             seen[id] = true;
             var record = store.getById(id);
             if (record) {
-                record.set(row, { dirty: false });
+                var changes = {};
+                Ext.Object.each(row, function (key, value) {
+                    if (Ext.encode(record.get(key)) !== Ext.encode(value)) {
+                        changes[key] = value;
+                    }
+                });
+                if (Ext.Object.getSize(changes)) {     // only rows that changed are redrawn
+                    record.set(changes, { dirty: false });
+                }
             } else {
                 store.add(Ext.apply({ id: id }, row));
             }
@@ -135,10 +143,8 @@ Ext.define('PVE.keel.RunnerEdit', {
             fieldLabel: label,
             height: textarea ? 70 : undefined,
             emptyText: set ? gettext('set (write-only): leave empty to keep it') : gettext('not set'),
-            afterSubTpl: undefined,
             keelSecret: id,
             keelSecretSet: set,
-            submitValue: true,
         };
     },
 
@@ -479,7 +485,8 @@ Ext.define('PVE.keel.ScaleSetEdit', {
                     xtype: 'fieldcontainer', layout: 'hbox', fieldLabel: Ext.htmlEncode(name),
                     defaults: { msgTarget: 'side' },
                     items: [
-                        { xtype: 'checkbox', name: 'use.' + name, boxLabel: gettext('use'), value: !!e,
+                        { xtype: 'checkbox', name: 'use.' + name, boxLabel: gettext('use'),
+                          value: !!e || (me.index === null && providers.length === 1),
                           inputValue: true, uncheckedValue: false, width: 60 },
                         { xtype: 'numberfield', name: 'cores.' + name, emptyText: gettext('cores'),
                           value: runner.cores, minValue: 1, allowDecimals: false, width: 140,
@@ -772,7 +779,6 @@ Ext.define('PVE.keel.Runners', {
         me.on('afterrender', function () {
             me.loadSettings();
             me.poller.start();
-            me.waitPoller.start();
         });
     },
 
@@ -808,7 +814,7 @@ Ext.define('PVE.keel.Runners', {
         me.loadSettings(function () {      // always edit what the file holds now
             Ext.create(cls, Ext.apply({
                 settings: me.settings, secretsState: me.secretsState,
-                onDone: function () { me.loadSettings(); me.poller.tick(); },
+                onDone: function () { me.loadSettings(); },
             }, config)).show();
         });
     },
@@ -839,7 +845,7 @@ Ext.define('PVE.keel.Runners', {
             }
             Ext.create(cls, {
                 settings: me.settings, secretsState: me.secretsState, index: index,
-                onDone: function () { me.loadSettings(); me.poller.tick(); },
+                onDone: function () { me.loadSettings(); },
             }).show();
         });
     },
@@ -860,7 +866,7 @@ Ext.define('PVE.keel.Runners', {
                 PVE.keel.Api.request({
                     url: '/api/runners/settings', method: 'PUT', jsonData: { settings: settings },
                     waitMsgTarget: me,
-                    success: function () { me.loadSettings(); me.poller.tick(); },
+                    success: function () { me.loadSettings(); },
                     failure: function (error) { PVE.keel.Api.alert(error); },
                 });
             });
@@ -873,10 +879,7 @@ Ext.define('PVE.keel.Runners', {
 
     onStatus: function (data) {
         var me = this;
-        if (!me.waitsAsked) {            // the chart at once, not a full interval later
-            me.waitsAsked = true;
-            me.waitPoller.tick();
-        }
+        me.waitPoller.start();           // with the first answer: the chart comes at once
         var U = PVE.keel.RunnersUtil;
         var notice = me.down('#notice');
         var where = me.down('#where');
