@@ -254,6 +254,7 @@ def kit_fixture(sim_factory: Any, tmp_path: Path) -> Any:
     return make, made
 
 
+PAT = "ghp_KeelTestPersonalAccessToken0000001"      # the fake GitHub's personal access token
 SMALL_SET = {"name": "keel-c2-m4", "max_runners": 2,
              "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 LARGE_SET = {"name": "keel-c8-m16", "max_runners": 1, "priority": 10,
@@ -286,7 +287,7 @@ class RunnersStack:
 
 def runners_scenario() -> dict[str, Any]:
     """``scenario()`` in real time for the services: quick boots and polls, an auditor."""
-    data = scenario(start_time=None, boot="2s", github={"long_poll": "1s", "connect": "1s"})
+    data = scenario(start_time=None, boot="2s", github={"long_poll": "1s", "connect": "1s", "tokens": [PAT]})
     data["users"][0]["password"] = "keel-demo"           # as the demo's, for the web UI harness
     data["users"].append({"userid": "auditor@pve", "password": "keel-demo"})
     data["acl"].append({"path": "/", "role": "PVEAuditor", "user": "auditor@pve"})

@@ -17,7 +17,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from runners_helpers import LARGE_SET, SMALL_SET, TOKEN, app_key, runners_stack
+from runners_helpers import LARGE_SET, PAT, SMALL_SET, TOKEN, app_key, runners_stack
 from service_helpers import wait_for
 
 AUTH = {"Authorization": f"PVEAPIToken={TOKEN}"}
@@ -171,6 +171,27 @@ def test_test_connection_says_what_works_and_names_what_fails(stack):
         assert api(stack, "PUT", "/api/runners/settings",
                    {"settings": data, "secrets": {"github.app_private_key": good}}).status_code == 200
     wait_for(lambda: api(stack, "POST", "/api/runners/test", {}).json()["data"]["ok"], timeout=30)
+
+
+def test_a_token_instead_of_the_app_then_back(stack):
+    app = settings(stack)["settings"]
+    with_token = json.loads(json.dumps(app))
+    for key in ("app_client_id", "app_installation_id", "app_private_key_path"):
+        del with_token["github"][key]
+    answer = api(stack, "PUT", "/api/runners/settings", {"settings": with_token, "secrets": {"github.token": PAT}})
+    assert answer.status_code == 200, answer.text
+    try:
+        path = stack.secrets / "github-token"
+        assert path.read_text() == PAT and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert f"token_path: {path}" in stack.config.read_text()
+        result = api(stack, "POST", "/api/runners/test", {}).json()["data"]
+        assert result["ok"] is True, result
+        assert result["results"][0]["message"] == f"a token from {path}"
+        assert PAT not in json.dumps(result) and PAT not in every_answer(stack)
+        wait_for(lambda: all(s["state"] == "LISTENING" for s in
+                             api(stack, "GET", "/api/runners/scale-sets").json()["data"]), timeout=60)
+    finally:
+        assert api(stack, "PUT", "/api/runners/settings", {"settings": app}).status_code == 200
 
 
 def test_an_auditor_reads_but_may_not_change_or_test(stack):
