@@ -888,6 +888,10 @@ Ext.define('PVE.keel.Runners', {
                 'and a scale set.')) + (data.error ? ' ' + Ext.htmlEncode(data.error) : ''));
         } else if (!data.active && data.error) {
             notice.showError({ status: 500, message: gettext('The runners cannot start') + ': ' + data.error });
+        } else if (data.remote) {
+            notice.showWarning(Ext.String.format(gettext('The runners run on the leader, {0}: shown as it ' +
+                'reported them {1}. Settings changed here apply there.'),
+                Ext.htmlEncode(data.node || data.leader_node || ''), PVE.keel.Render.ago(data.time)));
         } else if (!data.active) {
             notice.showWarning(Ext.String.format(gettext('The runners run on the leader, {0}: open the web UI of ' +
                 'that node to see them.'), Ext.htmlEncode(data.leader_node || gettext('no node'))));

@@ -14,11 +14,12 @@ import time
 
 import pytest
 import requests
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from runners_helpers import LARGE_SET, PAT, SMALL_SET, TOKEN, app_key, runners_stack
-from service_helpers import wait_for
+from service_helpers import start_engine, wait_for, write_config
 
 AUTH = {"Authorization": f"PVEAPIToken={TOKEN}"}
 
@@ -219,3 +220,24 @@ def test_new_settings_restart_the_runners_and_jobs_show_their_wait(stack):
     waits = api(stack, "GET", "/api/runners/waits?limit=10").json()["data"]
     assert waits["scale_sets"]["keel-c2-m4"]["jobs"] >= 1 and waits["jobs"][-1]["wait_s"] >= 0
     assert api(stack, "GET", "/api/runners/waits?limit=0").status_code == 400
+
+
+def test_a_follower_shows_what_the_leader_shared(stack, tmp_path):
+    leader = yaml.safe_load(stack.config.read_text())
+    config = write_config(tmp_path / "pve2", stack.sim, node="pve2", api_token=TOKEN,
+                          lock=leader["engine"]["lock"], shared=leader["engine"]["shared_dir"])
+    data = yaml.safe_load(config.read_text())
+    data["runners"] = leader["runners"]
+    config.write_text(yaml.safe_dump(data))
+    engine, client = start_engine(config)
+    try:
+        status = wait_for(lambda: (lambda s: s if s.get("scale_sets") else None)(
+            client.call("GET", "/api/runners")), timeout=60)
+        assert status["remote"] is True and status["active"] is False and status["leader"] is False
+        assert status["node"] == "pve1" and status["leader_node"] == "pve1"
+        assert [s["name"] for s in status["scale_sets"]] == [s["name"] for s in
+                                                              api(stack, "GET", "/api/runners/scale-sets").json()["data"]]
+        assert client.call("GET", "/api/runners/waits")["jobs"] is not None
+        assert "PRIVATE KEY" not in json.dumps(status)
+    finally:
+        engine.stop()

@@ -37,6 +37,8 @@ from keel.store import Store, atomic_write
 
 log = logging.getLogger("keel.engine")
 EXECUTE_WAIT_S = 20.0     # an apply waits this long for a balancing round to finish
+RUNNERS_SHARE_S = 30.0    # the leader shares the runners' status this often (shared_dir)
+RUNNERS_SHARED_MAX_AGE_S = 600.0   # a follower shows a shared status at most this old
 
 
 class NotLeaderError(BusyError):
@@ -79,6 +81,7 @@ class Engine:
         self._runners_lock = threading.Lock()      # one start, stop or restart at a time
         self._runners_retry_at = 0.0
         self._runner_store: Any = None
+        self._runners_shared_at = 0.0
 
     # -- life -------------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class Engine:
                 self._stop_runners()
             if now:
                 self._start_runners()
+                self._share_runners_status()
             self.reload_if_changed()
             self._stop.wait(self.config.engine.lock_renew_s)
 
@@ -287,13 +291,46 @@ class Engine:
             self._start_runners()
 
     def runners_status(self) -> dict[str, Any]:
+        """Live on the leader; on a follower, what the leader last shared (``remote``)."""
         running = self.runners
         if running is None:
             configured = getattr(getattr(self.config, "runners", None), "configured", False)
-            return {"enabled": configured, "active": False, "error": self.runners_error,
-                    "leader": self.leader, "leader_node": self.leader_node()}
+            local = {"enabled": configured, "active": False, "error": self.runners_error,
+                     "leader": self.leader, "leader_node": self.leader_node()}
+            shared = self.shared_runners_status() if configured and not self.leader else None
+            return {**shared, **local, "remote": True} if shared else local
         return {"enabled": True, "active": True, "error": None, "leader": True, "leader_node": self.node,
                 **running[0].status()}
+
+    def _shared_runners_path(self) -> Path:
+        return Path(self.config.engine.shared_dir) / "runners-status.json"
+
+    def _share_runners_status(self) -> None:
+        """The leader's runners' status in the shared directory, every ``RUNNERS_SHARE_S``
+        (or the reconcile interval if longer), for the followers' web UI."""
+        running = self.runners
+        now = self.clock()
+        every = max(RUNNERS_SHARE_S, self.config.runners.reconcile_interval_s)
+        if running is None or now - self._runners_shared_at < every:
+            return
+        import json
+        try:
+            status = {**running[0].status(), "node": self.node}
+            atomic_write(self._shared_runners_path(), json.dumps(status, separators=(",", ":")) + "\n")
+            self._runners_shared_at = now
+        except (KeelError, TypeError, ValueError) as err:
+            log.warning("cannot share the runners' status in %s: %s", self._shared_runners_path(), err)
+
+    def shared_runners_status(self) -> dict[str, Any] | None:
+        """What the leader last shared, if it is the leader's and recent enough."""
+        import json
+        try:
+            data = json.loads(self._shared_runners_path().read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or self.clock() - float(data.get("time") or 0) > RUNNERS_SHARED_MAX_AGE_S:
+            return None
+        return data
 
     def runner_store(self) -> Any:
         """The runners' tables in this node's database (jobs and events), also on a follower."""

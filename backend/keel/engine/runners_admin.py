@@ -187,8 +187,11 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def waits(engine: "Engine", limit: int) -> dict[str, Any]:
     """The last ``limit`` jobs that started: queued → started, per job and per scale set."""
-    store = engine.runner_store()
-    rows = [] if store is None else store.jobs(limit=WAIT_JOBS_MAX)
+    if engine.runners is None and not engine.leader:       # a follower: the leader's recent jobs
+        rows = (engine.shared_runners_status() or {}).get("jobs") or []
+    else:
+        store = engine.runner_store()
+        rows = [] if store is None else store.jobs(limit=WAIT_JOBS_MAX)
     jobs = []
     for row in rows:
         if row.get("started_at") is None or row.get("queued_at") is None:
