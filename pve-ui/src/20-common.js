@@ -115,6 +115,51 @@ Ext.define('PVE.keel.Render', {
         });
     },
 
+    // A store whose records are keyed by `idProperty` (store.getById(key)), for mergeStore.
+    store: function (fields, idProperty, extra) {
+        var model = Ext.define(null, { extend: 'Ext.data.Model', fields: fields, idProperty: idProperty });
+        return Ext.create('Ext.data.Store', Ext.apply({ model: model }, extra));
+    },
+
+    // Updates `store` in place from `rows` (keyed by `idField`): changed records are set,
+    // new ones added, gone ones removed; nothing is re-created, so a refresh does not flicker.
+    mergeStore: function (store, rows, idField) {
+        var seen = {};
+        var added = [];
+        rows.forEach(function (row) {
+            var id = row[idField];
+            seen[id] = true;
+            var rec = store.getById(id);
+            if (!rec) {
+                added.push(row);
+                return;
+            }
+            var changes = {};
+            var changed = false;
+            Ext.Object.each(row, function (key, value) {
+                if (!Ext.Object.equals({ v: rec.get(key) }, { v: value })) {
+                    changes[key] = value;
+                    changed = true;
+                }
+            });
+            if (changed) {
+                rec.set(changes, { dirty: false });
+            }
+        });
+        var gone = [];
+        store.each(function (rec) {
+            if (!seen[rec.getId()]) {
+                gone.push(rec);
+            }
+        });
+        if (gone.length) {
+            store.remove(gone);
+        }
+        if (added.length) {
+            store.add(added);
+        }
+    },
+
     // A grid column with a progress bar for a 0..1 field (the theme's own progress bar).
     loadColumn: function (text, dataIndex, extra) {
         return Ext.apply({

@@ -1,0 +1,365 @@
+/*
+ * The Rebalancing settings window (PVE.keel.BalancingEdit): the `balancing:` section of
+ * keel.yaml in a form.  Every field is named by its path in the section (limits.moves);
+ * an empty field leaves the key out, so Keel's default applies (shown greyed).  The
+ * section is checked by POST /api/config/validate and each error is shown beside its
+ * field; PUT /api/config writes it, keeping the rest of the file as it is.
+ * SPDX-License-Identifier: AGPL-3.0-or-later
+ */
+Ext.define('PVE.keel.BalancingEdit', {
+    extend: 'Ext.window.Window',
+    alias: 'widget.pveKeelBalancingEdit',
+    title: gettext('Edit') + ': ' + gettext('Rebalancing'),
+    iconCls: 'fa fa-balance-scale',
+    itemId: 'keelBalancingEdit',
+    modal: true,
+    width: 720,
+    layout: 'fit',
+
+    // Fields whose value is a list, written one item per line or separated by commas.
+    listFields: ['guests', 'ignore.guests', 'ignore.nodes', 'ignore.tags', 'ignore.pools'],
+    // Fields written as text in the file but numbers when they look like one.
+    numberish: ['threshold', 'margin', 'cooldown'],
+
+    initComponent: function () {
+        var me = this;
+        var text = function (name, label, help) {
+            return { xtype: 'textfield', name: name, fieldLabel: label, emptyText: help || '' };
+        };
+        var number = function (name, label, extra) {
+            return Ext.apply({ xtype: 'numberfield', name: name, fieldLabel: label }, extra);
+        };
+        var combo = function (name, label, values) {
+            return { xtype: 'combobox', name: name, fieldLabel: label, editable: false, queryMode: 'local',
+                store: values, emptyText: gettext('Default') };
+        };
+        var area = function (name, label, help) {
+            return { xtype: 'textarea', name: name, fieldLabel: label, emptyText: help, height: 70 };
+        };
+        me.items = [{
+            xtype: 'form',
+            border: false,
+            layout: 'fit',
+            items: [{
+                xtype: 'tabpanel',
+                itemId: 'tabs',
+                border: false,
+                defaults: { bodyPadding: 10, scrollable: 'y',
+                    defaults: { anchor: '100%', labelWidth: 170, msgTarget: 'under' }, layout: 'anchor' },
+                items: [{
+                    title: gettext('General'),
+                    itemId: 'general',
+                    items: [
+                        { xtype: 'checkbox', name: 'enable', fieldLabel: gettext('Automatic balancing'),
+                          boxLabel: gettext('the leader applies plans by itself'), uncheckedValue: false,
+                          inputValue: true },
+                        combo('method', gettext('Method'), ['keel', 'bruteforce', 'topsis']),
+                        combo('mode', gettext('Load'), ['used', 'assigned', 'psi']),
+                        { xtype: 'fieldcontainer', fieldLabel: gettext('Resources (weights)'),
+                          layout: 'hbox', defaults: { flex: 1, hideLabel: false, labelWidth: 55, margin: '0 8 0 0',
+                              msgTarget: 'under', minValue: 0 },
+                          items: [
+                              number('resources.cpu', gettext('CPU')),
+                              number('resources.memory', gettext('Memory')),
+                              number('resources.disk', gettext('Disk')),
+                          ] },
+                        text('guests', gettext('Guest types'), 'vm (' + gettext('default') + '); vm, ct: ' +
+                            gettext('containers too (they restart when moved)')),
+                        text('threshold', gettext('Threshold'), '0.1 or 10%'),
+                        number('hold', gettext('Hold (rounds)'), { allowDecimals: false, minValue: 0 }),
+                        text('margin', gettext('Margin'), '0.1 or 10%'),
+                        text('cooldown', gettext('Cool-down'), '1h'),
+                    ],
+                }, {
+                    title: gettext('Limits and schedule'),
+                    itemId: 'limits',
+                    items: [
+                        number('limits.moves', gettext('Moves per plan'), { allowDecimals: false, minValue: 0 }),
+                        number('limits.gib', gettext('GiB per plan'), { minValue: 0 }),
+                        number('limits.concurrent', gettext('Migrations at once'), { allowDecimals: false, minValue: 1 }),
+                        number('limits.per_node', gettext('Per node at once'), { allowDecimals: false, minValue: 1 }),
+                        text('schedule.timezone', gettext('Time zone'), 'UTC'),
+                        area('schedule.windows', gettext('Allowed hours'),
+                            gettext('one window a line, for example: mon-fri 22:00-06:00 (empty: any time)')),
+                    ],
+                }, {
+                    title: gettext('Rules'),
+                    itemId: 'rules',
+                    items: [
+                        text('ignore.guests', gettext('Ignore guests'), gettext('VMIDs or names, comma separated')),
+                        text('ignore.nodes', gettext('Ignore nodes'), 'pve3, pve4'),
+                        text('ignore.tags', gettext('Ignore tags'), 'keel-ignore'),
+                        text('ignore.pools', gettext('Ignore pools'), 'ci'),
+                        area('pin', gettext('Pins'), gettext('a guest and its nodes a line: 101: pve1, pve2')),
+                        area('affinity', gettext('Keep together'),
+                            gettext('a group a line: web: 101, 102 (! after the name: may be broken)')),
+                        area('anti_affinity', gettext('Keep apart'),
+                            gettext('a group a line: db: 110, 111 (! after the name: may be broken)')),
+                    ],
+                }],
+            }],
+            dockedItems: [{
+                xtype: 'component', dock: 'top', itemId: 'formError', hidden: true, padding: '8 10',
+            }],
+        }];
+        me.buttons = [{
+            text: gettext('Reset'), itemId: 'reset', handler: function () { me.fill(); },
+        }, '->', {
+            text: gettext('OK'), itemId: 'ok', handler: function () { me.save(); },
+        }, {
+            text: gettext('Cancel'), handler: function () { me.close(); },
+        }];
+        me.callParent();
+        me.on('afterrender', function () { me.load(); });
+    },
+
+    load: function () {
+        var me = this;
+        PVE.keel.Api.request({
+            url: '/api/config', waitMsgTarget: me,
+            success: function (data) {
+                me.section = (data.sections && data.sections.balancing) || {};
+                me.effective = data.balancing || {};
+                me.fill();
+            },
+            failure: function (error) {
+                PVE.keel.Api.alert(error);
+                me.close();
+            },
+        });
+    },
+
+    fields: function () {
+        return this.down('form').getForm().getFields().getRange();
+    },
+
+    // The form from the section as written; defaults in force shown as empty text.
+    fill: function () {
+        var me = this, raw = me.section || {}, eff = me.effective || {};
+        var defaults = {
+            method: eff.method, mode: eff.mode, threshold: eff.threshold, hold: eff.hold, margin: eff.margin,
+            cooldown: eff.cooldown_s !== undefined ? eff.cooldown_s + 's' : '',
+            'resources.cpu': eff.weights && eff.weights.cpu, 'resources.memory': eff.weights && eff.weights.memory,
+            'resources.disk': eff.weights && eff.weights.disk,
+            'limits.moves': eff.limits && eff.limits.moves, 'limits.concurrent': eff.limits && eff.limits.concurrent,
+            'limits.per_node': eff.limits && eff.limits.per_node,
+            'limits.gib': eff.limits && eff.limits.bytes / 1073741824,
+        };
+        me.fields().forEach(function (field) {
+            var name = field.getName();
+            field.clearInvalid();
+            var value = me.toField(name, me.lookup(raw, name));
+            if (field.isCheckbox) {
+                field.setValue(value === null ? !!eff.enable : !!value);
+                return;
+            }
+            if (defaults[name] !== undefined && defaults[name] !== null && field.setEmptyText) {
+                field.setEmptyText(String(defaults[name]) + ' (' + gettext('default') + ')');
+            }
+            field.setValue(value === null ? null : value);
+        });
+        me.showFormError(null);
+    },
+
+    lookup: function (data, path) {
+        var value = data;
+        path.split('.').forEach(function (key) {
+            value = value !== null && value !== undefined && typeof value === 'object' ? value[key] : undefined;
+        });
+        return value === undefined ? null : value;
+    },
+
+    // A value from the file as the field shows it.
+    toField: function (name, value) {
+        if (value === null) {
+            return null;
+        }
+        if (this.listFields.indexOf(name) >= 0) {
+            return Array.isArray(value) ? value.join(', ') : String(value);
+        }
+        if (name === 'pin') {
+            return Object.keys(value).map(function (guest) {
+                var nodes = value[guest];
+                return guest + ': ' + (Array.isArray(nodes) ? nodes.join(', ') : nodes);
+            }).join('\n');
+        }
+        if (name === 'affinity' || name === 'anti_affinity') {
+            return (Array.isArray(value) ? value : []).map(function (group, i) {
+                return (group.name || name + '-' + (i + 1)) + (group.strict === false ? '!' : '') + ': ' +
+                    (group.guests || []).join(', ');
+            }).join('\n');
+        }
+        if (name === 'schedule.windows') {
+            return (Array.isArray(value) ? value : []).map(function (w) {
+                var days = Array.isArray(w.days) ? w.days.join(',') : w.days || 'mon-sun';
+                return days + ' ' + (w.from || '00:00') + '-' + (w.to || '24:00');
+            }).join('\n');
+        }
+        return value;
+    },
+
+    // A field's value as the file holds it; undefined leaves the key out.
+    fromField: function (name, value) {
+        var split = function (text) {
+            return String(text).split(/[,\s]+/).filter(function (x) { return x !== ''; });
+        };
+        var lines = function (text) {
+            return String(text).split('\n').map(function (l) { return l.trim(); })
+                .filter(function (l) { return l !== ''; });
+        };
+        if (value === null || value === undefined || value === '') {
+            return undefined;
+        }
+        if (this.listFields.indexOf(name) >= 0) {
+            return split(value);
+        }
+        if (this.numberish.indexOf(name) >= 0) {
+            var text = String(value).trim();
+            return /^-?\d+(\.\d+)?$/.test(text) ? Number(text) : text;
+        }
+        if (name === 'pin') {
+            var pins = {};
+            lines(value).forEach(function (line) {
+                var at = line.indexOf(':');
+                pins[(at < 0 ? line : line.substr(0, at)).trim()] = at < 0 ? [] : split(line.substr(at + 1));
+            });
+            return pins;
+        }
+        if (name === 'affinity' || name === 'anti_affinity') {
+            return lines(value).map(function (line) {
+                var at = line.indexOf(':');
+                var head = at < 0 ? '' : line.substr(0, at).trim();
+                var group = { guests: split(at < 0 ? line : line.substr(at + 1)) };
+                if (head.charAt(head.length - 1) === '!') {
+                    group.strict = false;
+                    head = head.substr(0, head.length - 1).trim();
+                }
+                if (head) {
+                    group.name = head;
+                }
+                return group;
+            });
+        }
+        if (name === 'schedule.windows') {
+            return lines(value).map(function (line) {
+                var m = /^(\S+)\s+(\S+)-(\S+)$/.exec(line);
+                return m ? { days: m[1], from: m[2], to: m[3] } : { days: line };
+            });
+        }
+        return value;
+    },
+
+    // The section as the form says: the file's own keys the form does not show are kept.
+    section: null,
+    values: function () {
+        var me = this;
+        var out = Ext.clone(me.section || {});
+        me.fields().forEach(function (field) {
+            var name = field.getName();
+            var value = field.isCheckbox ? field.getValue() : me.fromField(name, field.getValue());
+            var path = name.split('.');
+            var holder = out;
+            for (var i = 0; i < path.length - 1; i++) {
+                if (typeof holder[path[i]] !== 'object' || holder[path[i]] === null) {
+                    holder[path[i]] = {};
+                }
+                holder = holder[path[i]];
+            }
+            var key = path[path.length - 1];
+            if (value === undefined) {
+                delete holder[key];
+            } else {
+                holder[key] = value;
+            }
+        });
+        ['resources', 'limits', 'ignore', 'schedule'].forEach(function (key) {
+            if (out[key] && typeof out[key] === 'object' && !Object.keys(out[key]).length) {
+                delete out[key];
+            }
+        });
+        if (out.enable === false && !('enable' in (me.section || {}))) {
+            delete out.enable;               // the default: leave the file as it was
+        }
+        return out;
+    },
+
+    // balancing.limits.moves -> the field limits.moves; balancing.affinity[0].guests -> affinity.
+    fieldFor: function (path) {
+        var me = this;
+        var rest = path.replace(/^balancing\./, '').replace(/\[\d+\]/g, '');
+        var best = null;
+        me.fields().forEach(function (field) {
+            var name = field.getName();
+            if ((rest === name || rest.indexOf(name + '.') === 0) && (!best || name.length > best.getName().length)) {
+                best = field;
+            }
+        });
+        if (!best && rest.indexOf('schedule.') === 0) {
+            best = me.down('field[name="schedule.windows"]');
+        }
+        return best;
+    },
+
+    showFormError: function (html) {
+        var box = this.down('#formError');
+        if (html) {
+            box.update('<i class="fa fa-fw critical fa-times-circle"></i> ' + html);
+            box.show();
+        } else {
+            box.hide();
+        }
+    },
+
+    showErrors: function (message, errors) {
+        var me = this, unplaced = [], first = null, marked = [];
+        me.fields().forEach(function (field) { field.clearInvalid(); });
+        Ext.Object.each(errors || {}, function (path, problem) {
+            var field = me.fieldFor(path);
+            if (field) {
+                field.markInvalid(Ext.htmlEncode(problem));
+                marked.push(field);
+            } else {
+                unplaced.push(Ext.htmlEncode(path + ': ' + problem));
+            }
+        });
+        me.fields().forEach(function (field) {       // the first in the form's order
+            if (!first && marked.indexOf(field) >= 0) {
+                first = field;
+            }
+        });
+        if (first) {
+            me.down('#tabs').setActiveTab(first.up('panel[title]'));
+        }
+        me.showFormError(unplaced.length ? unplaced.join('<br>')
+            : !first ? Ext.htmlEncode(message) : null);
+    },
+
+    save: function () {
+        var me = this;
+        var section = me.values();
+        PVE.keel.Api.request({
+            url: '/api/config/validate', method: 'POST', jsonData: { balancing: section }, waitMsgTarget: me,
+            success: function (check) {
+                if (!check.valid) {
+                    me.showErrors(check.message, check.errors);
+                    return;
+                }
+                PVE.keel.Api.request({
+                    url: '/api/config', method: 'PUT', jsonData: { balancing: section }, waitMsgTarget: me,
+                    success: function () {
+                        me.fireEvent('saved', me, section);
+                        me.close();
+                    },
+                    failure: function (error) { me.showErrors(error.message, error.errors); },
+                });
+            },
+            failure: function (error) {
+                if (error.errors && Object.keys(error.errors).length) {
+                    me.showErrors(error.message, error.errors);
+                } else {
+                    PVE.keel.Api.alert(error);
+                }
+            },
+        });
+    },
+});
