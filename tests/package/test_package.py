@@ -187,17 +187,16 @@ def test_apt_installs_it_with_every_dependency_from_debian(machine: Machine):
     say(f"every dependency comes from an apt source (Debian's archive): {', '.join(names)}")
     for name in names:
         assert "Packages" in sh("apt-cache", "madison", name, quiet=True).stdout, f"{name} is in no apt source"
-    if machine.with_template:
-        say("a PVE 8-shaped index.html.tpl in place (a dummy package ships it, as pve-manager does)")
-        machine.pve8 = build_dummy(machine.work, "8.4.0", FIXTURES / "index-pve8.html.tpl")
-        sh("dpkg", "-i", str(machine.pve8))
-    say("apt-get install ./pve-keel_*.deb")
+    say("apt-get install ./pve-keel_*.deb, on a machine without Proxmox VE (yet)")
     done = machine.apt_install(machine.deb)
     assert installed("pve-keel")
-    assert "this is not a Proxmox VE node: missing" in done.stdout
-    assert "the cluster file system /etc/pve (pve-cluster)" in done.stdout
-    if not machine.with_template:
-        assert "pve-manager's /usr/share/pve-manager/index.html.tpl" in done.stdout
+    if not Path("/etc/pve/local").exists():
+        assert "this is not a Proxmox VE node: missing" in done.stdout
+        assert "the cluster file system /etc/pve (pve-cluster)" in done.stdout
+    if machine.with_template:
+        assert "missing pve-manager's /usr/share/pve-manager/index.html.tpl" in done.stdout
+        assert "index.html.tpl not found: Proxmox VE's web UI (pve-manager) is not installed here" in done.stdout
+        assert not TEMPLATE.exists()
 
 
 def test_files_users_and_directories_are_where_they_should_be(machine: Machine):
@@ -435,17 +434,29 @@ def _template_steps(machine: Machine) -> None:
         pytest.skip("a real pve-manager owns index.html.tpl here")
 
 
-def test_install_added_one_line_after_pvemanagerlib(machine: Machine):
+def test_the_template_gets_one_line_when_pve_manager_comes_and_on_install(machine: Machine):
     _template_steps(machine)
-    say("install: one marked line, right after pvemanagerlib.js (PVE 8 shape)")
-    text = machine.template()
-    ours = our_lines(text)
-    assert len(ours) == 1 and f"/pve2/js/keel.js?ver={machine.version}".encode() in ours[0]
-    lines = text.splitlines(keepends=True)
-    assert b"pvemanagerlib.js" in lines[lines.index(ours[0]) - 1]
+    say("a PVE 8-shaped index.html.tpl arrives (a dummy package ships it, as pve-manager does): "
+        "the trigger adds one marked line right after pvemanagerlib.js")
+    machine.pve8 = build_dummy(machine.work, "8.4.0", FIXTURES / "index-pve8.html.tpl")
+    assert "Processing triggers for pve-keel" in sh("dpkg", "-i", str(machine.pve8)).stdout
     pristine = (FIXTURES / "index-pve8.html.tpl").read_bytes()
-    assert b"".join(line for line in lines if line not in ours) == pristine
+
+    def one_line() -> None:
+        text = machine.template()
+        ours = our_lines(text)
+        assert len(ours) == 1 and f"/pve2/js/keel.js?ver={machine.version}\"".encode() in ours[0]
+        lines = text.splitlines(keepends=True)
+        assert b"pvemanagerlib.js" in lines[lines.index(ours[0]) - 1]
+        assert b"".join(line for line in lines if line not in ours) == pristine
+    one_line()
     assert "loads Keel's plugin (1 line" in sh("/usr/share/pve-keel/keel-inject", "status").stdout
+    say("the line taken out by hand, then apt-get install --reinstall: configure adds it")
+    sh("/usr/share/pve-keel/keel-inject", "remove")
+    assert machine.template() == pristine
+    done = machine.apt_install(machine.deb, "--reinstall")
+    assert "now loads /pve2/js/keel.js after the pvemanagerlib.js line" in done.stdout
+    one_line()
 
 
 def test_a_trigger_puts_the_line_back_when_the_template_is_replaced(machine: Machine):
