@@ -16,13 +16,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from keel import config as cfg
-from keel.errors import InvalidError
+from keel.errors import BusyError, InvalidError
 from keel.runners import check as checks, secrets
 from keel.store import atomic_write
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 SECTION = "runners"
 WAIT_JOBS_MAX = 1000
+_WRITING = threading.Lock()        # one read-check-write of the config at a time
 
 
 # -- the config file --------------------------------------------------------------------------
@@ -145,6 +147,14 @@ def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, A
                            errors=errors)
     if not write:
         return {"valid": True, "written": False, "secrets": [s for _, _, s in planned]}
+    with _WRITING:
+        return _write(engine, text, new_text, planned, runners, who)
+
+
+def _write(engine: "Engine", text: str, new_text: str, planned: list[tuple[Path, str, str]],
+           runners: dict[str, Any], who: str) -> dict[str, Any]:
+    if _read_config(engine) != text:
+        raise BusyError("the config file changed meanwhile; load the settings again and retry")
     in_force = engine.config.runners
     for path, content, _ in planned:
         secrets.write(path, content)

@@ -143,7 +143,8 @@ def inside(directory: Path, path: str, field: str) -> Path:
     base = directory.resolve()
     target = Path(path)
     if not target.is_absolute():
-        target = base / target
+        message = f"{path} is not an absolute path (the file's path, in the secrets directory {base})"
+        raise InvalidError(f"{field}: {message}", errors={field: message})
     resolved = target.parent.resolve() / target.name
     if resolved.parent != base and base not in resolved.parents:
         message = (f"{path} is outside the secrets directory {base}; Keel writes secrets only there "
