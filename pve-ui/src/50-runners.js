@@ -468,11 +468,6 @@ Ext.define('PVE.keel.ScaleSetEdit', {
             { xtype: 'checkbox', name: 'paused', fieldLabel: gettext('Paused'), inputValue: true,
               uncheckedValue: false },
         ];
-        if (schedule) {
-            items.push({ xtype: 'displayfield', fieldLabel: gettext('Schedule'),
-                value: Ext.String.format(gettext('{0} window(s) in {1}; kept as it is (edit it in the config file)'),
-                    (schedule.windows || []).length, Ext.htmlEncode(schedule.timezone || 'UTC')) });
-        }
         var providers = (me.settings.providers || []).map(function (p) { return p.name; });
         var used = {};
         me.entries().forEach(function (e) { used[e.name] = e; });
@@ -500,7 +495,53 @@ Ext.define('PVE.keel.ScaleSetEdit', {
             defaults: { labelWidth: 100 },
             items: rows.length ? rows : [{ xtype: 'component', cls: 'pmx-hint',
                 html: gettext('Add a provider first.') }] });
+        items.push(me.scheduleFieldset(schedule || {}));
         return items;
+    },
+
+    // The schedule: a time zone and its windows in a grid edited in place (the first window
+    // that holds the time wins; max. runners 0 takes the scale set off schedule).
+    scheduleFieldset: function (schedule) {
+        var rows = (schedule.windows || []).map(function (w) {
+            return { days: PVE.keel.RunnersUtil.list(w.days), from: w.from, to: w.to,
+                min_runners: w.min_runners, max_runners: w.max_runners };
+        });
+        var text = function (value) { return Ext.htmlEncode(value === undefined || value === null ? '' : value); };
+        return {
+            xtype: 'fieldset', title: gettext('Schedule (the first window that holds the time wins)'),
+            itemId: 'schedule', defaults: { anchor: '100%', labelWidth: 100, msgTarget: 'side' },
+            items: [{
+                xtype: 'textfield', name: 'schedule.timezone', fieldLabel: gettext('Time zone'),
+                emptyText: 'UTC', value: schedule.timezone,
+            }, {
+                xtype: 'grid', itemId: 'windows', height: 140, margin: '0 0 10 0', border: true,
+                store: { fields: ['days', 'from', 'to', 'min_runners', 'max_runners'], data: rows },
+                plugins: { ptype: 'cellediting', clicksToEdit: 1 },
+                emptyText: gettext('No windows: min. runners all week'),
+                viewConfig: { deferEmptyText: false, markDirty: false },
+                tbar: [{
+                    text: gettext('Add window'), iconCls: 'fa fa-plus',
+                    handler: function (button) {
+                        button.up('grid').getStore().add({ days: 'mon-fri', from: '08:00', to: '18:00' });
+                    },
+                }, {
+                    text: gettext('Remove window'), iconCls: 'fa fa-trash-o',
+                    handler: function (button) {
+                        var grid = button.up('grid');
+                        grid.getStore().remove(grid.getSelection());
+                    },
+                }],
+                columns: [
+                    { text: gettext('Days'), dataIndex: 'days', flex: 1, editor: 'textfield', renderer: text },
+                    { text: gettext('From'), dataIndex: 'from', width: 70, editor: 'textfield', renderer: text },
+                    { text: gettext('To'), dataIndex: 'to', width: 70, editor: 'textfield', renderer: text },
+                    { text: gettext('Min. runners'), dataIndex: 'min_runners', width: 100, renderer: text,
+                      editor: { xtype: 'numberfield', minValue: 0, allowDecimals: false } },
+                    { text: gettext('Max. runners'), dataIndex: 'max_runners', width: 100, renderer: text,
+                      editor: { xtype: 'numberfield', minValue: 0, allowDecimals: false } },
+                ],
+            }],
+        };
     },
 
     load: function (settings) {
@@ -554,6 +595,22 @@ Ext.define('PVE.keel.ScaleSetEdit', {
         });
         s.providers = entries;
         this.submittedEntries = entries;
+        var windows = [];
+        this.down('#windows').getStore().each(function (record) {
+            var w = {};
+            U.put(w, 'days', U.splitList(record.get('days')));
+            U.put(w, 'from', record.get('from'));
+            U.put(w, 'to', record.get('to'));
+            U.put(w, 'min_runners', int(record.get('min_runners')));
+            U.put(w, 'max_runners', int(record.get('max_runners')));
+            if (Ext.Object.getSize(w)) {
+                windows.push(w);
+            }
+        });
+        var schedule = Ext.apply({}, s.schedule || {});
+        U.put(schedule, 'timezone', values['schedule.timezone']);
+        schedule.windows = windows;
+        U.put(s, 'schedule', windows.length ? schedule : null);
         if (this.index === null) {
             list.push(s);
         }

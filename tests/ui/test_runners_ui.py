@@ -231,3 +231,39 @@ def test_a_size_that_never_fits_is_shown_backing_off_in_words(open_ui, runners, 
     finally:
         requests.put(runners.url + "/api/runners/settings", headers=AUTH, verify=runners.sim.cert, timeout=30,
                      data=json.dumps({"settings": settings}))
+
+
+def windows_of(page, rows):
+    page.evaluate("rows => { const s = Ext.ComponentQuery.query('pveKeelScaleSetEdit')[0].down('#windows')"
+                  ".getStore(); s.removeAll(); s.add(rows); }", rows)
+
+
+def test_a_schedule_window_takes_a_scale_set_off_schedule(open_ui, runners, answers):
+    page = open_runners(open_ui, answers)
+    wait_for(lambda: state_of(page, "keel-c8-m16") == "LISTENING", timeout=60)
+    edit_window(page, "pveKeelScaleSetEdit", "p.editItem('scaleSet', 'keel-c8-m16')")
+    windows_of(page, [{"days": "mon-sun", "from": "25:00", "to": "24:00", "max_runners": 0}])
+    set_fields(page, "pveKeelScaleSetEdit", {"schedule.timezone": "Mars/Olympus"})
+    press_ok(page, "pveKeelScaleSetEdit")
+    error = wait_for(lambda: field_error(page, "pveKeelScaleSetEdit", "schedule.timezone"), timeout=20)
+    assert "Mars/Olympus" in error, error
+    listed = page.evaluate("() => Ext.ComponentQuery.query('pveKeelScaleSetEdit')[0].down('#errors').el.dom"
+                           ".textContent")
+    assert "runners.scale_sets[1].schedule.windows[0].from" in listed, listed
+    windows_of(page, [{"days": "mon-sun", "from": "00:00", "to": "24:00", "max_runners": 0}])
+    set_fields(page, "pveKeelScaleSetEdit", {"schedule.timezone": "Europe/Vilnius"})
+    screenshot(page, "runners-schedule-edit")
+    press_ok(page, "pveKeelScaleSetEdit")
+    wait_for(lambda: closed(page, "pveKeelScaleSetEdit"), timeout=20)
+    text = runners.config.read_text()
+    assert "timezone: Europe/Vilnius" in text and "max_runners: 0" in text
+    wait_for(lambda: state_of(page, "keel-c8-m16") == "OFF SCHEDULE", timeout=60)
+    page.wait_for_selector("text=OFF SCHEDULE")
+    screenshot(page, "runners-off-schedule")
+    # the window removed: listening again, and no schedule left in the file
+    edit_window(page, "pveKeelScaleSetEdit", "p.editItem('scaleSet', 'keel-c8-m16')")
+    windows_of(page, [])
+    press_ok(page, "pveKeelScaleSetEdit")
+    wait_for(lambda: closed(page, "pveKeelScaleSetEdit"), timeout=20)
+    wait_for(lambda: state_of(page, "keel-c8-m16") == "LISTENING", timeout=60)
+    assert "schedule" not in runners.config.read_text()
