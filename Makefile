@@ -20,8 +20,8 @@ $(EXTJS): www/package.json www/package-lock.json
 	cd www && npm ci --no-audit --no-fund --ignore-scripts
 	touch $@
 
-demo: $(STAMP)
-	$(VENV)/bin/keel demo
+demo: $(STAMP) $(EXTJS) ui
+	$(VENV)/bin/keel demo --harness www
 
 test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q

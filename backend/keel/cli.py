@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
     demo.add_argument("--keep-running", action="store_true",
                       help="leave the simulator running until Ctrl-C")
+    demo.add_argument("--harness", metavar="DIR",
+                      help="then serve the web UI harness in DIR (the repository's www/; make demo does) "
+                           "with keel-engine and keel-web on the simulator, until Ctrl-C")
 
     imp = sub.add_parser("import-proxlb", help="convert a ProxLB config to Keel's (YAML with comments)",
                          description="Print the Keel config (proxmox: and balancing:) equivalent to a "
@@ -235,7 +238,7 @@ def write_converted(text: str, args: argparse.Namespace, env: Any) -> int:
 
 def cmd_demo(args: argparse.Namespace, env: Env) -> int:
     from keel.demo import run_demo
-    return run_demo(env, args.scenario, args.keep_running)
+    return run_demo(env, args.scenario, args.keep_running, args.harness)
 
 
 def _balance_command(name: str) -> Any:

@@ -1,9 +1,18 @@
 """``keel demo`` (``make demo``): the simulator on the demo cluster, shown as ``keel status``,
 then balanced: ``keel plan`` (dry run), ``keel apply --yes`` (the migrations run in the
-simulator, its clock sped up so they take seconds), and ``keel status`` again."""
+simulator, its clock sped up so they take seconds), and ``keel status`` again.
+
+With ``--harness DIR`` (``make demo`` gives www/) it then starts keel-engine and keel-web
+on the same simulator, keel-web serving the web UI harness, prints its URL and the login,
+and runs until Ctrl-C: the Rebalancing and Runners tabs on the simulated cluster."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +38,8 @@ DEMO_TOKEN = "keel@pve!keel=6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f"
 CLOCK_FACTOR = 60.0     # a simulated minute per second: a 30-s migration takes half a second
 
 
-def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = False) -> int:
+def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = False,
+             harness: str | None = None) -> int:
     path = Path(scenario_path) if scenario_path else DEMO_SCENARIO
     scenario = sc.load(path)
     out = env.stdout
@@ -49,7 +59,9 @@ def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = 
         out.write(render(snap, style, show_guests=True))
         print(f"\n(snapshot: {snap.api_calls} API calls in {elapsed * 1000:.0f} ms)", file=out)
         _balance(env, client, snap, style)
-        if keep_running:
+        if harness:
+            _serve_ui(env, server.url, Path(server.cert_file), Path(harness))
+        elif keep_running:
             print(f"\nThe simulator keeps running at {server.url} until Ctrl-C. Try:\n"
                   f"  KEEL_PVE_URL={server.url} KEEL_PVE_CA_FILE={server.cert_file} \\\n"
                   f"  KEEL_PVE_TOKEN='{DEMO_TOKEN}' keel status --guests", file=out, flush=True)
@@ -85,3 +97,89 @@ def _balance(env: "Env", client: PveClient, snap: snapshot.Snapshot, style: Styl
     after = snapshot.collect(client)
     print("\n$ keel status", file=out)
     out.write(render(after, style, show_guests=False))
+
+
+DEMO_WEB_PORT = 8443
+
+
+def _serve_ui(env: "Env", pve_url: str, cert: Path, harness: Path) -> None:
+    """keel-engine and keel-web (with the harness) on the simulator, until Ctrl-C."""
+    import yaml
+    from keel.web.harness import Harness
+    Harness.from_dir(str(harness))                 # refuse early, naming what is missing
+    out = env.stdout
+    with tempfile.TemporaryDirectory(prefix="keel-demo-ui-") as tmp_name:
+        tmp = Path(tmp_name)
+        token = tmp / "token"
+        token.write_text(DEMO_TOKEN + "\n")
+        token.chmod(0o600)
+        port = DEMO_WEB_PORT if _port_free(DEMO_WEB_PORT) else _port_free(0)
+        config = tmp / "keel.yaml"
+        config.write_text(yaml.safe_dump({
+            "proxmox": {"url": pve_url, "token_file": str(token), "ca_file": str(cert)},
+            "balancing": {"interval": "10s"},
+            "engine": {"socket": str(tmp / "engine.sock"), "store": str(tmp / "keel.db"),
+                       "lock": str(tmp / "lock" / "keel-leader"), "lock_expiry": "8s", "lock_renew": "2s",
+                       "shared_dir": str(tmp / "shared"), "secrets_dir": str(tmp / "secrets"),
+                       "node": "pve1", "status_interval": "2s"},
+            "web": {"listen": f"127.0.0.1:{port}", "cert": str(cert), "key": str(cert.parent / "sim.key")},
+        }))
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+        started: list[subprocess.Popen] = []
+        signal.signal(signal.SIGTERM, _interrupt)      # stop the services on kill as on Ctrl-C
+        try:
+            for kind, extra in (("engine", []), ("web", ["--harness", str(harness)])):
+                log = open(tmp / f"{kind}.log", "w")
+                started.append(subprocess.Popen([sys.executable, "-m", "keel", kind, "--config", str(config),
+                                                 *extra], stdout=log, stderr=subprocess.STDOUT, env=environ))
+                log.close()
+            _wait_listening(port, started, tmp)
+            print(f"\nThe web UI on the simulated cluster (keel-engine and keel-web are running):\n"
+                  f"  https://127.0.0.1:{port}/harness/\n"
+                  f"  log in as root@pam, password keel-demo (auditor@pve, same password, may only read)\n"
+                  f"  Datacenter -> HA -> Rebalancing and Runners; PVE 8 or 9 layout and a dark theme at the top.\n"
+                  f"  Your browser warns about the simulator's self-signed certificate: accept it.\n"
+                  f"Ctrl-C stops it all.", file=out, flush=True)
+            try:
+                while all(p.poll() is None for p in started):
+                    time.sleep(1)
+                print("a service stopped; its log:\n" + "".join(
+                    (tmp / f"{k}.log").read_text() for k in ("engine", "web")), file=env.stderr)
+            except KeyboardInterrupt:
+                pass
+        finally:
+            for process in reversed(started):
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _port_free(port: int) -> int:
+    """``port`` if it can be bound on 127.0.0.1 (0: any free one), else 0."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return 0
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, started: list[subprocess.Popen], tmp: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in started):
+            break
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0 and (tmp / "engine.sock").exists():
+                return
+        time.sleep(0.2)
+    logs = "".join((tmp / f"{k}.log").read_text() for k in ("engine", "web") if (tmp / f"{k}.log").exists())
+    raise RuntimeError(f"keel-engine or keel-web did not start:\n{logs}")
