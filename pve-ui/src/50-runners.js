@@ -100,6 +100,7 @@ Ext.define('PVE.keel.RunnerEdit', {
 
     settings: null,      // the runners: section as written (a copy is edited)
     secretsState: null,  // [{id, field, set, ...}]
+    stamp: null,         // the config file's version the settings were read from
     prefix: '',          // config path of the edited part: 'runners.github', 'runners.scale_sets[2]'
     onDone: null,
 
@@ -198,7 +199,7 @@ Ext.define('PVE.keel.RunnerEdit', {
         PVE.keel.Api.request({
             url: '/api/runners/settings/validate',
             method: 'POST',
-            jsonData: { settings: settings, secrets: secrets },
+            jsonData: { settings: settings, secrets: secrets, stamp: me.stamp },
             waitMsgTarget: me,
             failure: failure,
             success: function (checked) {
@@ -219,7 +220,7 @@ Ext.define('PVE.keel.RunnerEdit', {
         PVE.keel.Api.request({
             url: '/api/runners/settings',
             method: 'PUT',
-            jsonData: { settings: settings, secrets: secrets },
+            jsonData: { settings: settings, secrets: secrets, stamp: me.stamp },
             waitMsgTarget: me,
             success: function () {
                 if (me.onDone) {
@@ -854,6 +855,7 @@ Ext.define('PVE.keel.Runners', {
                 }
                 me.settings = data.settings || {};
                 me.secretsState = data.secrets || [];
+                me.stamp = data.stamp;
                 if (then) {
                     then();
                 }
@@ -870,7 +872,7 @@ Ext.define('PVE.keel.Runners', {
         var me = this;
         me.loadSettings(function () {      // always edit what the file holds now
             Ext.create(cls, Ext.apply({
-                settings: me.settings, secretsState: me.secretsState,
+                settings: me.settings, secretsState: me.secretsState, stamp: me.stamp,
                 onDone: function () { me.loadSettings(); },
             }, config)).show();
         });
@@ -901,7 +903,7 @@ Ext.define('PVE.keel.Runners', {
                 return;
             }
             Ext.create(cls, {
-                settings: me.settings, secretsState: me.secretsState, index: index,
+                settings: me.settings, secretsState: me.secretsState, stamp: me.stamp, index: index,
                 onDone: function () { me.loadSettings(); },
             }).show();
         });
@@ -921,7 +923,8 @@ Ext.define('PVE.keel.Runners', {
                 var key = kind === 'provider' ? 'providers' : 'scale_sets';
                 settings[key] = (settings[key] || []).filter(function (x) { return x.name !== name; });
                 PVE.keel.Api.request({
-                    url: '/api/runners/settings', method: 'PUT', jsonData: { settings: settings },
+                    url: '/api/runners/settings', method: 'PUT',
+                    jsonData: { settings: settings, stamp: me.stamp },
                     waitMsgTarget: me,
                     success: function () { me.loadSettings(); },
                     failure: function (error) { PVE.keel.Api.alert(error); },

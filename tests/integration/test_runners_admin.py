@@ -86,6 +86,21 @@ def test_a_bad_setting_is_refused_with_its_path_and_nothing_is_written(stack):
     assert stack.config.read_text() == before
 
 
+def test_a_change_based_on_an_older_file_is_refused(stack):
+    read = settings(stack)
+    data, stamp = read["settings"], read["stamp"]
+    answer = api(stack, "PUT", "/api/runners/settings", {"settings": data, "stamp": stamp})
+    assert answer.status_code == 200, answer.text
+    stamp = answer.json()["data"]["stamp"]                             # the file as now written
+    assert stamp == settings(stack)["stamp"]
+    stack.config.write_text(stack.config.read_text() + "# edited by hand\n")
+    for method, path in (("PUT", "/api/runners/settings"), ("POST", "/api/runners/settings/validate")):
+        answer = api(stack, method, path, {"settings": data, "stamp": stamp})
+        assert answer.status_code == 409 and "changed since" in answer.json()["message"], answer.text
+    assert api(stack, "PUT", "/api/runners/settings",
+               {"settings": data, "stamp": settings(stack)["stamp"]}).status_code == 200
+
+
 def test_secrets_are_checked_written_0600_and_never_shown(stack):
     auth_errors = {}
     for secret_id, value, field in (

@@ -253,14 +253,14 @@ def create_app(engine: Engine) -> Flask:
 
     @app.put("/api/runners/settings")
     def runner_settings_put() -> Response:
-        settings, given = _runner_change()
-        return ok(runners_admin.change(engine, settings, given, who()))
+        settings, given, based_on = _runner_change()
+        return ok(runners_admin.change(engine, settings, given, who(), based_on=based_on))
 
     @app.post("/api/runners/settings/validate")
     def runner_settings_validate() -> Response:
-        settings, given = _runner_change()
+        settings, given, based_on = _runner_change()
         try:
-            return ok(runners_admin.change(engine, settings, given, who(), write=False))
+            return ok(runners_admin.change(engine, settings, given, who(), write=False, based_on=based_on))
         except InvalidError as err:
             return ok({"valid": False, "written": False, "message": err.message, "errors": err.errors})
 
@@ -297,14 +297,15 @@ def create_app(engine: Engine) -> Flask:
     return app
 
 
-def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """``{"settings": {...} (optional), "secrets": {id: value} (optional)}``."""
+def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any], str | None]:
+    """``{"settings": {...}, "secrets": {id: value}, "stamp": "..."}``, each optional."""
     r = body()
     settings = r.raw("settings", None)
     given = r.get("secrets", dict, {})
+    based_on = r.get("stamp", str, None)
     r.done()
     r.problems.raise_if_any()
-    return (None if settings is None else runners_admin.json_body_settings(settings)), given
+    return (None if settings is None else runners_admin.json_body_settings(settings)), given, based_on
 
 
 def _config_text(engine: Engine) -> str:

@@ -116,7 +116,9 @@ SPEC: dict[str, Any] = {
         "RunnerChange": {"type": "object", "additionalProperties": False, "properties": {
             "settings": {"type": "object", "description": "the whole runners: section, as in the config file"},
             "secrets": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 16384},
-                        "description": "secret id -> new value (write-only)"}}},
+                        "description": "secret id -> new value (write-only)"},
+            "stamp": {"type": "string", "description": "GET /api/runners/settings' stamp: refused (409) if "
+                                                      "the file changed since"}}},
         "SecretRequest": {"type": "object", "additionalProperties": False, "required": ["value"],
                           "properties": {"value": {"type": "string", "maxLength": 16384}}},
         "Empty": {"type": "object", "additionalProperties": False},

@@ -14,6 +14,7 @@ written.  No answer ever holds a secret: only whether each is set.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 import threading
@@ -104,21 +105,32 @@ def _section(text: str) -> dict[str, Any]:
 
 def settings_view(engine: "Engine") -> dict[str, Any]:
     """The ``runners:`` section as written, each secret's state, and where secrets go."""
-    runners = _section(_read_config(engine))
-    return {"settings": _plain(runners), "secrets": secrets.state(runners),
+    text = _read_config(engine)
+    runners = _section(text)
+    return {"settings": _plain(runners), "secrets": secrets.state(runners), "stamp": stamp(text),
             "secrets_dir": engine.config.engine.secrets_dir, "path": str(engine.config_path),
             "config_error": engine.config_error,
             "in_force": engine.config.runners.configured}
 
 
+def stamp(text: str) -> str:
+    """Names a version of the config file: a change made from an older one is refused."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, Any], who: str,
-           write: bool = True) -> dict[str, Any]:
+           write: bool = True, based_on: str | None = None) -> dict[str, Any]:
     """Validate (and with ``write``, carry out) new runner settings and secrets.
 
     ``settings``: the whole ``runners:`` section (None: keep the file's; ``{}`` removes
-    it); ``given``: secret id -> new value.  ``InvalidError`` lists every problem keyed by
-    its config path.  Answers which secrets were written, never their content."""
+    it); ``given``: secret id -> new value; ``based_on``: the ``stamp`` of the file the
+    settings were read from (``BusyError`` if it changed since).  ``InvalidError`` lists
+    every problem keyed by its config path.  Answers which secrets were written, never
+    their content."""
     text = _read_config(engine)
+    if based_on is not None and based_on != stamp(text):
+        raise BusyError("the config file changed since these settings were read (someone else saved?); "
+                        "open them again")
     runners = copy.deepcopy(settings) if settings is not None else _section(text)
     errors: dict[str, str] = {}
     planned: list[tuple[Path, str, str]] = []
@@ -165,7 +177,7 @@ def _write(engine: "Engine", text: str, new_text: str, planned: list[tuple[Path,
     if planned and engine.config.runners == in_force:
         engine.restart_runners()              # a secret replaced in place: read it again
     return {"valid": True, "written": True, "secrets": [s for _, _, s in planned],
-            "state": secrets.state(runners)}
+            "state": secrets.state(runners), "stamp": stamp(new_text)}
 
 
 # -- test connection --------------------------------------------------------------------------
