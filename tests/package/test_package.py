@@ -35,7 +35,6 @@ FIXTURES = ROOT / "tests" / "fixtures" / "pve-ui"
 TEMPLATE = Path("/usr/share/pve-manager/index.html.tpl")
 DUMMY = "keel-test-pve-template"                         # ships TEMPLATE, as pve-manager does
 PATH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"}
-DEMO_TOKEN = "keel@pve!keel=6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f"
 SITE = Path("/usr/lib/python3/dist-packages")
 MARK = b"<!-- pve-keel -->"
 
@@ -182,11 +181,22 @@ def test_lintian_finds_no_error_or_warning(machine: Machine):
 
 
 def test_apt_installs_it_with_every_dependency_from_debian(machine: Machine):
-    depends = sh("dpkg-deb", "-f", str(machine.deb), "Depends").stdout
-    names = [alt.split()[0].split(":")[0] for dep in depends.split(",") for alt in [dep.split("|")[0].strip()]]
-    say(f"every dependency comes from an apt source (Debian's archive): {', '.join(names)}")
-    for name in names:
-        assert "Packages" in sh("apt-cache", "madison", name, quiet=True).stdout, f"{name} is in no apt source"
+    say("apt resolves every dependency from Debian's archive, even for a machine with nothing installed "
+        "(a simulation against an empty dpkg status)")
+    empty = machine.work / "empty-status"
+    empty.write_text("")
+    done = sh("apt-get", "install", "--simulate", "--no-install-recommends", "-o", f"Dir::State::status={empty}",
+              str(machine.deb), quiet=True)
+    planned = re.findall(r"^Inst (\S+) \((\S+) (.*?) \[\w+\]\)$", done.stdout, re.M)
+    print(f"  {len(planned)} packages would be installed; pve-keel's own Depends:")
+    depends = sh("dpkg-deb", "-f", str(machine.deb), "Depends", quiet=True).stdout
+    names = {dep.split("|")[0].split()[0].split(":")[0] for dep in depends.split(",")}
+    origin = {name: where for name, _, where in planned}
+    for name in sorted(names):
+        print(f"    {name}: {origin.get(name, '(provided by another package)')}")
+    assert origin.pop("pve-keel") == "local-deb"
+    assert origin and all(re.match(r"Debian(-Security)?:", where) for where in origin.values()), origin
+    assert names - {"python3", "systemd"} <= set(origin), names - set(origin)
     say("apt-get install ./pve-keel_*.deb, on a machine without Proxmox VE (yet)")
     done = machine.apt_install(machine.deb)
     assert installed("pve-keel")
@@ -305,19 +315,28 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     os.chmod(tls, 0o755)
     for name in ("sim.crt", "sim.key"):
         os.chmod(tls / name, 0o644)                 # keel-web reads pveproxy's key through www-data
-    token = work / "token"
-    token.write_text(DEMO_TOKEN + "\n")
-    os.chmod(token, 0o600)                          # root only, as /etc/pve/priv/keel/pve-token
+    say("keel setup (as the README says) against the simulator's root@pam: user, role, token, config")
+    password = work / "root-password"
+    password.write_text("keel-demo\n")
+    os.chmod(password, 0o600)
+    token, config = work / "priv" / "pve-token", work / "keel.yaml"
+    done = sh("/usr/bin/keel", "setup", "--pve-url", url, "--pve-user", "root@pam", "--pve-password-file",
+              str(password), "--ca-file", str(tls / "sim.crt"), "--config", str(config), "--token-file", str(token),
+              env={"KEEL_STORE": str(work / "setup.db")})
+    assert f"config {config}: written" in done.stdout and "role Keel" in done.stdout
+    secret = token.read_text().strip()
+    assert secret.startswith("keel@pve!keel=") and secret.split("=", 1)[1] not in done.stdout + done.stderr
+    assert stat.S_IMODE(os.stat(token).st_mode) == 0o600          # root only
+    # The node's paths in a temporary directory instead of /run/keel, /var/lib/keel, /etc/pve.
     port = _free_port()
-    config = work / "keel.yaml"
-    config.write_text(yaml.safe_dump({
-        "proxmox": {"url": url, "token_file": str(token), "ca_file": str(tls / "sim.crt")},
-        "balancing": {"interval": "2s"},
-        "engine": {"socket": str(work / "run" / "engine.sock"), "store": str(work / "keel.db"),
-                   "lock": str(work / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
-                   "shared_dir": str(work / "shared"), "node": "pve1", "status_interval": "1s"},
-        "web": {"listen": f"127.0.0.1:{port}", "cert": str(tls / "sim.crt"), "key": str(tls / "sim.key")},
-    }))
+    data = yaml.safe_load(config.read_text())
+    assert data["proxmox"]["token_file"] == str(token) and data["balancing"]["enable"] is False
+    data["balancing"]["interval"] = "2s"
+    data["engine"] = {"socket": str(work / "run" / "engine.sock"), "store": str(work / "keel.db"),
+                      "lock": str(work / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
+                      "shared_dir": str(work / "shared"), "node": "pve1", "status_interval": "1s"}
+    data["web"] = {"listen": f"127.0.0.1:{port}", "cert": str(tls / "sim.crt"), "key": str(tls / "sim.key")}
+    config.write_text(yaml.safe_dump(data))
     os.chmod(config, 0o644)
     (work / "run").mkdir(mode=0o750)
     os.chown(work / "run", 0, grp.getgrnam("keel").gr_gid)   # as tmpfiles makes /run/keel
@@ -349,7 +368,7 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     def web_status() -> Any:
         try:
             return requests.get(f"https://127.0.0.1:{port}/api/status", verify=str(tls / "sim.crt"), timeout=10,
-                                headers={"Authorization": f"PVEAPIToken={DEMO_TOKEN}"})
+                                headers={"Authorization": f"PVEAPIToken={secret}"})
         except requests.RequestException:
             return None
     answer = _wait("keel web answering", web_status, web, web_log)
