@@ -142,3 +142,15 @@ def test_maintenance_empties_a_node(open_ui, ui_stack):
     page.click(css(page, "#keelMaintenance") + " >> text=Leave maintenance")
     page.wait_for_function(f"{window}.down('#state').el.dom.textContent.includes('not in maintenance')")
     assert "pve3" not in ui_stack.client.call("GET", "/api/status")["maintenance"]
+
+
+def test_proxmox_own_auto_rebalance_is_noticed(open_ui, ui_stack, ui_errors):
+    api = ui_stack.sim.proxmox()
+    api.cluster.options.put(crs="ha=dynamic,ha-auto-rebalance=1")
+    try:
+        page = open_rebalancing(open_ui, theme="dark")
+        notice = page.wait_for_selector(".keel-notice >> text=auto-rebalance is on")
+        assert "Keel leaves HA guests to it" in notice.inner_text()
+        screenshot(page, "rebalancing-pve-auto-rebalance-dark")
+    finally:
+        api.cluster.options.put(crs="ha=static")
