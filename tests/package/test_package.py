@@ -271,9 +271,24 @@ def test_keel_runs_on_debians_python(machine: Machine):
     assert first == "#! /usr/bin/python3" or first == "#!/usr/bin/python3"
 
 
-def _start(machine: Machine, cmd: list[str], log: Path, user: str | None = None) -> subprocess.Popen:
-    if user:
-        cmd = ["runuser", "-u", user, "--", *cmd]
+def as_the_unit(unit: Path, cmd: list[str]) -> list[str]:
+    """`cmd` with the identity and limits the unit gives its process (setpriv: no systemd here):
+    User, Group, SupplementaryGroups, NoNewPrivileges, an empty CapabilityBoundingSet."""
+    keys: dict[str, str] = {}
+    for line in unit.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            keys[key.strip()] = value.strip()
+    wrapped = ["setpriv", f"--reuid={keys['User']}", f"--regid={keys['Group']}",
+               f"--groups={','.join(keys['SupplementaryGroups'].split())}"]
+    if keys.get("NoNewPrivileges") == "yes":
+        wrapped.append("--no-new-privs")
+    if "CapabilityBoundingSet" in keys and keys["CapabilityBoundingSet"] == "":
+        wrapped += ["--bounding-set=-all", "--inh-caps=-all"]
+    return wrapped + ["--", *cmd]
+
+
+def _start(machine: Machine, cmd: list[str], log: Path) -> subprocess.Popen:
     print(f"$ {shlex.join(cmd)} > {log} &", flush=True)
     handle = open(log, "w")
     process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=PATH_ENV, cwd="/",
@@ -313,8 +328,10 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     url = line.split(" ", 2)[2]
     tls = work / "tls"
     os.chmod(tls, 0o755)
-    for name in ("sim.crt", "sim.key"):
-        os.chmod(tls / name, 0o644)                 # keel-web reads pveproxy's key through www-data
+    www_data = grp.getgrnam("www-data").gr_gid
+    for name in ("sim.crt", "sim.key"):             # as pmxcfs shows pveproxy's certificate and key
+        os.chown(tls / name, 0, www_data)
+        os.chmod(tls / name, 0o640)
     say("keel setup (as the README says) against the simulator's root@pam: user, role, token, config")
     password = work / "root-password"
     password.write_text("keel-demo\n")
@@ -337,7 +354,8 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
                       "shared_dir": str(work / "shared"), "node": "pve1", "status_interval": "1s"}
     data["web"] = {"listen": f"127.0.0.1:{port}", "cert": str(tls / "sim.crt"), "key": str(tls / "sim.key")}
     config.write_text(yaml.safe_dump(data))
-    os.chmod(config, 0o644)
+    os.chown(config, 0, www_data)                   # as pmxcfs shows /etc/pve/keel/keel.yaml
+    os.chmod(config, 0o640)
     (work / "run").mkdir(mode=0o750)
     os.chown(work / "run", 0, grp.getgrnam("keel").gr_gid)   # as tmpfiles makes /run/keel
 
@@ -363,7 +381,10 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     assert {m["requested_by"] for m in client.call("GET", "/api/history")["moves"]} == {"cli:package-test"}
 
     web_log = work / "web.log"
-    web = _start(machine, ["/usr/bin/keel", "web", "--config", str(config)], web_log, user="keel-web")
+    unit = next(p for p in (Path("/lib/systemd/system/keel-web.service"),
+                            Path("/usr/lib/systemd/system/keel-web.service")) if p.exists())
+    say(f"keel web with {unit.name}'s user, groups, no new privileges and no capabilities")
+    web = _start(machine, as_the_unit(unit, ["/usr/bin/keel", "web", "--config", str(config)]), web_log)
 
     def web_status() -> Any:
         try:
@@ -376,7 +397,8 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     assert answer.json()["data"]["leader_node"] == "pve1"
     who = _ids_of(f"web --config {config}")
     print(f"  keel web runs as {who}")
-    assert who and who == {(pwd.getpwnam("keel-web").pw_uid, grp.getgrnam("keel-web").gr_gid)}, who
+    groups = tuple(sorted((grp.getgrnam("keel").gr_gid, grp.getgrnam("www-data").gr_gid)))
+    assert who == {(pwd.getpwnam("keel-web").pw_uid, grp.getgrnam("keel-web").gr_gid, groups, 0, True)}, who
     refused = requests.get(f"https://127.0.0.1:{port}/api/status", verify=str(tls / "sim.crt"), timeout=10)
     assert refused.status_code == 401
     for process in (web, engine, sim):
@@ -425,8 +447,8 @@ class Engine:
         return answer["data"]
 
 
-def _ids_of(command: str) -> set[tuple[int, int]]:
-    """(uid, gid) of the processes running /usr/bin/keel with `command` (runuser itself aside)."""
+def _ids_of(command: str) -> set[tuple[int, int, tuple[int, ...], int, bool]]:
+    """(uid, gid, groups, capability bounding set, no new privileges) of the processes running /usr/bin/keel with `command` (setpriv aside)."""
     found = set()
     for proc in Path("/proc").iterdir():
         try:
@@ -434,10 +456,13 @@ def _ids_of(command: str) -> set[tuple[int, int]]:
             status = (proc / "status").read_text()
         except (OSError, ValueError):
             continue
-        if "/usr/bin/keel " + command in argv and not argv.startswith("runuser"):
+        if "/usr/bin/keel " + command in argv and not argv.startswith("setpriv"):
             uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
             gid = int(re.search(r"^Gid:\s+(\d+)", status, re.M).group(1))
-            found.add((uid, gid))
+            groups = tuple(sorted(int(g) for g in re.search(r"^Groups:(.*)$", status, re.M).group(1).split()))
+            bounding = int(re.search(r"^CapBnd:\s+([0-9a-f]+)", status, re.M).group(1), 16)
+            nnp = re.search(r"^NoNewPrivs:\s+(\d)", status, re.M).group(1) == "1"
+            found.add((uid, gid, groups, bounding, nnp))
     return found
 
 
