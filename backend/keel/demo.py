@@ -60,7 +60,7 @@ def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = 
         print(f"\n(snapshot: {snap.api_calls} API calls in {elapsed * 1000:.0f} ms)", file=out)
         _balance(env, client, snap, style)
         if harness:
-            _serve_ui(env, server.url, Path(server.cert_file), Path(harness))
+            _serve_ui(env, server, Path(harness))
         elif keep_running:
             print(f"\nThe simulator keeps running at {server.url} until Ctrl-C. Try:\n"
                   f"  KEEL_PVE_URL={server.url} KEEL_PVE_CA_FILE={server.cert_file} \\\n"
@@ -102,12 +102,39 @@ def _balance(env: "Env", client: PveClient, snap: snapshot.Snapshot, style: Styl
 DEMO_WEB_PORT = 8443
 
 
-def _serve_ui(env: "Env", pve_url: str, cert: Path, harness: Path) -> None:
+DEMO_ORG = "keel-demo"
+DEMO_SCALE_SET = "keel-demo-c2-m4"
+DEMO_JOB_EVERY_S = 10.0          # real seconds between the jobs the demo queues on the fake GitHub
+
+
+def _runners_section(pve_url: str, cert: Path, token_file: Path) -> dict:
+    """The runners on the scenario's fake GitHub: one scale set of small runner VMs cloned
+    from the demo's template 9000."""
+    return {"github": {"url": f"{pve_url}/{DEMO_ORG}", "token_path": str(token_file), "tls": {"ca_file": str(cert)}},
+            "providers": [{"name": "pve", "type": "proxmox", "runner": {"template": 9000, "pool": "ci"}}],
+            "scale_sets": [{"name": DEMO_SCALE_SET, "max_runners": 3,
+                            "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}],
+            "reconcile_interval": "5s"}
+
+
+def _queue_job(server: SimServer, count: int = 1) -> None:
+    """A CI job or two on the fake GitHub, now and then, for the Runners tab to follow."""
+    fake = server.cluster.github
+    if fake is None:
+        return
+    with server.cluster.lock:
+        for _ in range(count):
+            fake.queue_job(f"{DEMO_ORG}/app", [DEMO_SCALE_SET], 1200.0, name="build")   # 20 s at x60
+
+
+def _serve_ui(env: "Env", server: SimServer, harness: Path) -> None:
     """keel-engine and keel-web (with the harness) on the simulator, until Ctrl-C."""
     import yaml
     from keel.web.harness import Harness
     Harness.from_dir(str(harness))                 # refuse early, naming what is missing
     out = env.stdout
+    pve_url, cert = server.url, Path(server.cert_file)
+    github = server.cluster.github is not None
     with tempfile.TemporaryDirectory(prefix="keel-demo-ui-") as tmp_name:
         tmp = Path(tmp_name)
         token = tmp / "token"
@@ -115,14 +142,23 @@ def _serve_ui(env: "Env", pve_url: str, cert: Path, harness: Path) -> None:
         token.chmod(0o600)
         port = DEMO_WEB_PORT if _port_free(DEMO_WEB_PORT) else _port_free(0)
         config = tmp / "keel.yaml"
+        secrets = tmp / "secrets"
+        secrets.mkdir(mode=0o700)
+        extra: dict = {}
+        if github:
+            github_token = secrets / "github-token"
+            github_token.write_text(server.cluster.github.spec.tokens[0] + "\n")
+            github_token.chmod(0o600)
+            extra["runners"] = _runners_section(pve_url, cert, github_token)
         config.write_text(yaml.safe_dump({
             "proxmox": {"url": pve_url, "token_file": str(token), "ca_file": str(cert)},
             "balancing": {"interval": "10s"},
             "engine": {"socket": str(tmp / "engine.sock"), "store": str(tmp / "keel.db"),
                        "lock": str(tmp / "lock" / "keel-leader"), "lock_expiry": "8s", "lock_renew": "2s",
-                       "shared_dir": str(tmp / "shared"), "secrets_dir": str(tmp / "secrets"),
+                       "shared_dir": str(tmp / "shared"), "secrets_dir": str(secrets),
                        "node": "pve1", "status_interval": "2s"},
             "web": {"listen": f"127.0.0.1:{port}", "cert": str(cert), "key": str(cert.parent / "sim.key")},
+            **extra,
         }))
         environ = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
         started: list[subprocess.Popen] = []
@@ -141,7 +177,11 @@ def _serve_ui(env: "Env", pve_url: str, cert: Path, harness: Path) -> None:
                   f"  Your browser warns about the simulator's self-signed certificate: accept it.\n"
                   f"Ctrl-C stops it all.", file=out, flush=True)
             try:
+                next_job = time.monotonic()
                 while all(p.poll() is None for p in started):
+                    if github and time.monotonic() >= next_job:
+                        _queue_job(server)
+                        next_job = time.monotonic() + DEMO_JOB_EVERY_S
                     time.sleep(1)
                 print("a service stopped; its log:\n" + "".join(
                     (tmp / f"{k}.log").read_text() for k in ("engine", "web")), file=env.stderr)

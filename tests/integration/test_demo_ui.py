@@ -1,6 +1,7 @@
 """``make demo``'s second half: ``keel demo --harness www`` serves the web UI harness with
-keel-engine and keel-web on the simulator, prints where and how to log in, and stops
-everything on Ctrl-C (or TERM)."""
+keel-engine and keel-web on the simulator (the runners on its fake GitHub, CI jobs
+queued now and then), prints where and how to log in, and stops everything on Ctrl-C
+(or TERM)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ def test_the_demo_serves_the_web_ui_until_stopped(tmp_path):
         status = requests.get(url + "/api/status", headers={"Authorization": f"PVEAuthCookie={login['ticket']}"},
                               verify=False, timeout=30).json()["data"]
         assert status["leader_node"] == "pve1" and status["cluster"]["cluster"] == "demo"
+        # the runners run on the scenario's fake GitHub, and the demo queues jobs for them
+        auth = {"Authorization": f"PVEAuthCookie={login['ticket']}"}
+        deadline = time.monotonic() + 60
+        while not (runners := requests.get(url + "/api/runners", headers=auth, verify=False,
+                                           timeout=30).json()["data"]).get("jobs"):
+            assert time.monotonic() < deadline, runners
+            time.sleep(1)
+        assert runners["active"] and runners["scale_sets"][0]["name"] == "keel-demo-c2-m4"
         children = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) >= 3                            # the demo, keel-engine, keel-web (and workers)
     finally:
