@@ -106,7 +106,7 @@ Ext.define('PVE.keel.Api', {
         if (error.unreachable) {
             return PVE.keel.Notice.unreachableHtml();
         }
-        return Ext.htmlEncode(error.message) + (error.status ? ' (' + error.status + ')' : '');
+        return Ext.htmlEncode(error.message) + (error.status > 0 ? ' (' + error.status + ')' : '');
     },
 
     alert: function (error, title) {
@@ -169,8 +169,20 @@ Ext.define('PVE.keel.Poller', {
             url: me.url,
             params: typeof me.params === 'function' ? me.params() : me.params,
             success: function (data) {
-                if (!me.panel.destroyed) {
+                if (me.panel.destroyed) {
+                    return;
+                }
+                try {
                     me.onData.call(me.scope || me.panel, data);
+                } catch (err) {        // a fault of the panel's own: said, logged, polling goes on
+                    if (window.console) {
+                        console.error('keel: could not show ' + me.url, err);
+                    }
+                    if (me.onError) {
+                        me.onError.call(me.scope || me.panel, { status: -1, unreachable: false,
+                            message: Ext.String.format(gettext('Keel\'s panel could not show {0}: {1}'),
+                                me.url, String(err)), errors: {} });
+                    }
                 }
             },
             failure: function (error) {

@@ -494,6 +494,7 @@ Ext.define('PVE.keel.Rebalancing', {
         me.down('#plan').setTitle(Ext.String.format(gettext('Plan: {0} running ({1})'),
             job.kind === 'maintenance' ? gettext('maintenance') : gettext('apply'),
             Ext.htmlEncode(job.requested_by)));
+        me.down('#leftAlone').hide();
         me.applyPlanToNodes();
         me.onJob(job);
         me.jobPoller.url = '/api/jobs/' + encodeURIComponent(job.id);
@@ -534,6 +535,9 @@ Ext.define('PVE.keel.Rebalancing', {
             ' <span class="pmx-hint">(' + Ext.htmlEncode(job.requested_by) + ')</span>');
         me.down('#jobProgress').setValue(progress.total ? progress.completed / progress.total : 0);
         if (job.state !== 'running' && job.state !== 'cancelling') {
+            me.down('#plan').setTitle(gettext('Plan') + ': ' + R.health(state[0], kind + ': ' + state[1]) +
+                ' &middot; ' + Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok,
+                progress.total) + ' &middot; ' + gettext('planning again...'));
             me.jobPoller.stop();
             me.jobId = null;
             me.updateButtons();
