@@ -118,15 +118,18 @@ def _round(run: Run, snap: Snapshot, settings: BalancingSettings, history: Histo
 
 
 def converge(inst: Instance, method: str, settings: BalancingSettings, cap: int = 50,
-             label: str | None = None) -> Run:
-    """Rounds until a round plans nothing, or ``cap`` rounds."""
+             label: str | None = None, remember: bool = True) -> Run:
+    """Rounds until a round plans nothing, or ``cap`` rounds.  ``remember=False`` plans every
+    round without the history of the earlier ones (no cooldown, no ping-pong window), as the
+    MILP reference knows none."""
     snap = inst.snapshot
     before = inst_mod.figures(snap, settings)
     run = Run(inst.name, inst.size, label or method, before, before)
     run.trajectory.append((0.0, before.keel, before.pve))
     history, now, tracker = History(), snap.taken_at, _Tracker()
     for _ in range(cap):
-        plan, snap, history, now = _round(run, snap, settings, history, now, method, tracker)
+        plan, snap, history, now = _round(run, snap, settings, history if remember else History(), now,
+                                          method, tracker)
         if plan.verdict != words.PLANNED:
             break
     else:

@@ -103,7 +103,9 @@ def test_the_milp_solves_the_smallest_instance_to_optimality():
     from bench import milp
     inst = gen.plain(3, 30, seed=11)
     settings = inst.settings()
-    ref = milp.solve(inst.snapshot, settings, time_limit=2.0, spread=False)
+    # a generous limit: on a busy 2-core machine the level stage can take seconds to find
+    # its first solution (the test checks what it finds, not how fast)
+    ref = milp.solve(inst.snapshot, settings, time_limit=10.0, spread=False)
     before = gen.figures(inst.snapshot, settings)
     assert ref.peak.optimal and ref.peak.objective is not None
     assert ref.peak.peak == pytest.approx(ref.peak.objective, abs=1e-6)

@@ -7,12 +7,18 @@
    best improvement.  Every (unit, node) pair is scored at once (numpy): the change of
    the objective ``F = Σ_r w_r Σ_n (u_nr − ū_r)²`` (utilisation against the level every
    node would have if the load were spread perfectly), divided by what the move costs
-   (GiB that travel, plus a fixed cost per migration).  The best feasible move is made,
-   and again, until the figure is down to half the threshold, no move cuts F by enough
+   (GiB that travel, plus a fixed cost per migration); of the moves within 10 % of the
+   best per GiB, the one that does most is made (fewer migrations for the same GiB), and
+   again, until the figure is down to half the threshold, no move cuts F by enough
    (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget is
-   spent — then the plan says so and later rounds go on.  When memory is too tight for
-   any single move, swaps between the hottest and coldest nodes are tried (only those
-   that can be carried out: one of the two guests fits before the other has left).
+   spent — then the plan says so and later rounds go on.  When no single move helps
+   (memory too tight, or sizes that no one move evens out), compound moves are tried, in
+   this order, each only if it can be carried out with a guest's memory held on both
+   nodes while it moves:
+   - a swap of a guest of the hottest node for one of a cold node;
+   - making room: light guests moved off a full node so that one from the hottest fits;
+   - a trade of up to three guests of one node for up to three of another, if need be
+     after one light guest has moved out of the way (and perhaps one back after).
 3. **Peak phase.**  The squared objective can leave one node a few points above the
    rest; moves that lower the fullest node without raising another to it are made while
    the figure stays under 1.25 times where it was (or half the threshold).
@@ -34,19 +40,19 @@ import numpy as np
 
 from keel import words
 from keel.balance.loads import LoadModel
+from keel.balance.moving import GiB, MOVE_OVERHEAD_GIB, current_node, move_unit
 from keel.balance.plan import Move, Skip
 from keel.balance.rules import Constraints, Unit
 from keel.balance.settings import BalancingSettings
+from keel.balance.trades import exchange, make_room, swap
 
-GiB = 1024**3
-MOVE_OVERHEAD_GIB = 1.0      # a migration costs about as much as moving 1 GiB more
 DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it wears)
+NEAR_BEST = 0.9              # moves within 10 % of the best gain per GiB count as as good
 MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of its two nodes' share of it, at least
 MAX_SWAP_ROUNDS = 5
 MAX_PEAK_MOVES = 20
 PEAK_STEP = 0.001            # a peak move must lower the fullest node by 0.1 point at least
 PEAK_RISE = 1.25             # ... and may raise the figure to 1.25 times where it was
-SWAP_CANDIDATES = 16
 
 
 @dataclass
@@ -118,37 +124,6 @@ def _delta(model: LoadModel, demand: np.ndarray, source: str | None, target: str
     return trial.objective() - before
 
 
-def _move_unit(model: LoadModel, unit: Unit, target: str, reason: str, detail: str,
-               placed: dict[str, str], moves: list[Move], gain: float) -> None:
-    for guest in unit.guests:
-        source = _current(guest, moves)
-        if source == target:
-            continue
-        model.move([guest.vmid], source, target)
-        moves.append(Move(
-            vmid=guest.vmid, name=guest.name, type=guest.type, source=source, target=target,
-            reason=reason, detail=detail, mem_bytes=model.footprint[guest.vmid],
-            disk_bytes=model.disk_bytes[guest.vmid], ha_sid=guest.sid if guest.ha else None,
-            group=unit.key if len(unit.guests) > 1 else None, running=guest.running, gain=gain,
-            est_seconds=estimate_seconds(model.footprint[guest.vmid], model.disk_bytes[guest.vmid],
-                                         guest.running)))
-    placed[unit.key] = target
-
-
-def _current(guest, moves: list[Move]) -> str:
-    for move in reversed(moves):
-        if move.vmid == guest.vmid:
-            return move.target
-    return guest.node
-
-
-def estimate_seconds(mem_bytes: int, disk_bytes: int, running: bool) -> float:
-    """Setup, then RAM at ~1 GiB/s and local disk at ~500 MiB/s (PVE's usual 10 GbE)."""
-    if not running:
-        return 2.0 + disk_bytes / (512 * 1024**2)
-    return 3.0 + mem_bytes / GiB + disk_bytes / (512 * 1024**2)
-
-
 def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[str]],
                      placed: dict[str, str], moves: list[Move], skipped: list[Skip]) -> None:
     todo = [u for u in cons.units if u.mandatory is not None]
@@ -163,7 +138,7 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
                 continue
             if node == unit.node and not unit.split:
                 continue
-            staying = sum(model.footprint[g.vmid] for g in unit.guests if _current(g, moves) == node)
+            staying = sum(model.footprint[g.vmid] for g in unit.guests if current_node(g, moves) == node)
             if model.mem_used[i] + footprint - staying > model.mem_cap[i]:
                 continue
             if _blocked_by_anti(unit, node, anti, placed):
@@ -178,8 +153,8 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
                 skipped.append(Skip(reason, f"must move ({unit.mandatory_detail}) but no allowed node "
                                             f"has room for it", guest.vmid, guest.name))
             continue
-        _move_unit(model, unit, best[1], unit.mandatory or words.RULE, unit.mandatory_detail,
-                   placed, moves, -best[0])
+        move_unit(model, unit, best[1], unit.mandatory or words.RULE, unit.mandatory_detail,
+                  placed, moves, -best[0])
 
 
 def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]],
@@ -226,14 +201,25 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
             score[~fits, :] = -np.inf
         best = np.unravel_index(int(np.argmax(score)), score.shape)
+        if np.isfinite(score[best]):
+            # of the moves about as good per GiB as the best, the one that does most: fewer
+            # migrations for the same GiB
+            near = score >= score[best] * NEAR_BEST
+            best = np.unravel_index(int(np.argmax(np.where(near, gain, -np.inf))), score.shape)
         if not np.isfinite(score[best]) or gain[best] < min_gain:
             if units and worth_more:
                 budget_spent = True            # good moves remain: later rounds make them
                 break
             pair = None
             if swaps < MAX_SWAP_ROUNDS and used_moves + 2 <= budget_moves:
-                pair = _swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
-                             min_gain, settings)
+                pair = swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
+                            min_gain, settings)
+            if pair is None and swaps < MAX_SWAP_ROUNDS:
+                pair = make_room(model, units, demand, scorer.cur, allowed, footprint, anti, placed,
+                                 moves, min_gain, budget_moves - used_moves)
+            if pair is None and swaps < MAX_SWAP_ROUNDS:
+                pair = exchange(model, units, demand, scorer.cur, allowed, footprint, anti, placed,
+                                moves, min_gain, budget_moves - used_moves)
             if pair is not None:
                 for row in pair:
                     if not moved[row]:
@@ -251,9 +237,9 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             used_moves += len(unit.guests)
             used_bytes += int(footprint[row] + disk[row])
             moved[row] = True
-        _move_unit(model, unit, nodes[col], words.BALANCE,
-                   f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
-                   placed, moves, float(gain[best]))
+        move_unit(model, unit, nodes[col], words.BALANCE,
+                  f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
+                  placed, moves, float(gain[best]))
         scorer.cur[row] = col
         made_any = True
     if not budget_spent:
@@ -368,71 +354,10 @@ def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: d
     r, col = np.unravel_index(int(np.argmax(choice)), choice.shape)
     row = int(rows[r])
     unit = units[row]
-    _move_unit(model, unit, model.nodes[col], words.BALANCE,
-               f"lowers the fullest node, {unit.node} ({peak:.0%})", placed, moves, float(gain[row, col]))
+    move_unit(model, unit, model.nodes[col], words.BALANCE,
+              f"lowers the fullest node, {unit.node} ({peak:.0%})", placed, moves, float(gain[row, col]))
     scorer.cur[row] = col
     return row
-
-
-def _swap(model: LoadModel, units: list[Unit], demand: np.ndarray, cur: np.ndarray,
-          allowed: np.ndarray, footprint: np.ndarray, anti: dict[str, set[str]],
-          placed: dict[str, str], moves: list[Move], min_gain: float,
-          settings: BalancingSettings) -> tuple[int, int] | None:
-    """Trade a guest of the hottest node for one of a colder node when no single move fits;
-    returns the two units' rows, or None."""
-    u = model.utilisation()
-    w = model.weights
-    load = (u * w).sum(axis=1) / (w.sum() or 1.0)
-    order = [i for i in np.argsort(load) if model.eligible[i]]
-    if len(order) < 2:
-        return None
-    hot = order[-1]
-    best: tuple[float, int, int] | None = None
-    base = model.objective()
-    on_hot = [i for i in np.argsort(-footprint) if cur[i] == hot][:SWAP_CANDIDATES]
-    for cold in order[:3]:
-        if cold == hot:
-            continue
-        on_cold = [i for i in np.argsort(footprint) if cur[i] == cold][:SWAP_CANDIDATES]
-        for a in on_hot:
-            if not allowed[a, cold]:
-                continue
-            for b in on_cold:
-                if not allowed[b, hot] or footprint[b] >= footprint[a]:
-                    continue
-                if model.mem_used[cold] - footprint[b] + footprint[a] > model.mem_cap[cold]:
-                    continue
-                if model.mem_used[hot] - footprint[a] + footprint[b] > model.mem_cap[hot]:
-                    continue
-                # while a guest moves its memory is held on both nodes: one of the two must fit
-                # before the other has left
-                if (model.mem_used[hot] + footprint[b] > model.mem_cap[hot]
-                        and model.mem_used[cold] + footprint[a] > model.mem_cap[cold]):
-                    continue
-                if any(placed.get(o) == model.nodes[cold] for o in anti.get(units[a].key, ())) or \
-                        any(placed.get(o) == model.nodes[hot] for o in anti.get(units[b].key, ())):
-                    continue
-                trial = model.copy()
-                trial.load[hot] += demand[b] - demand[a]
-                trial.load[cold] += demand[a] - demand[b]
-                gain = base - trial.objective()
-                if gain > min_gain and (best is None or gain > best[0]):
-                    best = (gain, a, b)
-    if best is None:
-        return None
-    gain, a, b = best
-    cold = cold_of(cur, b)
-    hot_name, cold_name = model.nodes[hot], model.nodes[cold]
-    pair = [(units[a], cold_name, units[b]), (units[b], hot_name, units[a])]
-    if model.mem_used[hot] + footprint[b] <= model.mem_cap[hot]:
-        pair.reverse()                     # the smaller one fits first: it goes first
-    for unit, target, other in pair:
-        _move_unit(model, unit, target, words.BALANCE, f"swapped with {other.name}", placed, moves, gain / 2)
-    return a, b
-
-
-def cold_of(cur: np.ndarray, b: int) -> int:
-    return int(cur[b])
 
 
 def _collapse(moves: list[Move]) -> list[Move]:

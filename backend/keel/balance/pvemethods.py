@@ -16,7 +16,8 @@ import numpy as np
 
 from keel import words
 from keel.balance.loads import CPU, MEM, LoadModel
-from keel.balance.planner import Outcome, _anti_index, _blocked_by_anti, _mandatory_phase, _move_unit
+from keel.balance.moving import move_unit
+from keel.balance.planner import Outcome, _anti_index, _blocked_by_anti, _mandatory_phase
 from keel.balance.plan import Move, Skip
 from keel.balance.pvecrs import (Migration, MigrationCandidate, NodeStats, ResourceStats,
                                  node_imbalance, select_bruteforce, select_topsis)
@@ -62,9 +63,9 @@ def plan_pve(model: LoadModel, cons: Constraints, settings: BalancingSettings, s
         outcome.not_worth_it = True
         return outcome
     unit = units[best.migration.sid]
-    _move_unit(model, unit, best.migration.target, words.BALANCE,
-               f"{method}: imbalance {before:.2f} → {best.imbalance:.2f}", placed, moves,
-               before - best.imbalance)
+    move_unit(model, unit, best.migration.target, words.BALANCE,
+              f"{method}: imbalance {before:.2f} → {best.imbalance:.2f}", placed, moves,
+              before - best.imbalance)
     outcome.balance_to = model.objective()
     return outcome
 

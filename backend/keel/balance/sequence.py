@@ -7,6 +7,8 @@ guest has left.  Each wave respects the cluster-wide and per-node concurrency li
 members of a bundle start in the same wave.  When nothing can start (two full nodes
 trading guests), one guest is parked on a third node with room, and goes on from there
 in a later wave.  A move that cannot be ordered safely is dropped and reported.
+Moves into one node start in the order the planner made them, so that a later move never
+takes the room an earlier one is waiting for (the planner's order is one that fits).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str
         incoming: dict[str, float] = {}
         arriving: dict[str, set[str]] = {}
         started: list[Step] = []
+        waiting: set[str] = set()       # targets where an earlier step waits for room
         for step in pending:
             # A bundle bigger than a limit may still go, alone.
             count = len(step.moves)
@@ -85,7 +88,11 @@ def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str
                 continue
             if inflow.get(step.target, 0) and inflow[step.target] + count > per_node:
                 continue
+            if step.target in waiting:
+                continue                # moves into a node start in the plan's order: a later
+                                        # one must not take the room an earlier one waits for
             if used[step.target] + incoming.get(step.target, 0.0) + step.memory > mem_cap[step.target]:
+                waiting.add(step.target)
                 continue
             if step.anti and (step.anti & arriving.get(step.target, set())
                               or any(where.get(v) == step.target and anti_of.get(v, set()) & step.anti
