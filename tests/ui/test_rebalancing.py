@@ -85,6 +85,39 @@ def test_a_bad_setting_shows_its_error_beside_the_field(open_ui, ui_stack):
     assert "threshold: 8%" in ui_stack.config.read_text()
 
 
+def test_rules_and_schedule_are_written_as_the_config_says_and_read_back(open_ui, ui_stack):
+    import yaml
+    original = ui_stack.config.read_text()
+    try:
+        page = open_rebalancing(open_ui)
+        window = "Ext.ComponentQuery.query('#keelBalancingEdit')[0]"
+        page.click("text=Settings")
+        page.wait_for_function(f"{window} && {window}.section !== null")
+        form = {"pin": "110: pve1, pve2", "anti_affinity": "db!: 110, 111", "affinity": "web: 102, 120",
+                "ignore.tags": "keel-ignore, frozen", "schedule.timezone": "Europe/Berlin",
+                "schedule.windows": "mon-fri 22:00-06:00\nsat,sun 00:00-24:00", "guests": "vm, ct"}
+        page.evaluate(f"""v => {{ const f = {window}.down('form').getForm();
+            Object.keys(v).forEach(k => f.findField(k).setValue(v[k])); }}""", form)
+        page.click(css(page, "#keelBalancingEdit") + " >> text=OK")
+        page.wait_for_function(f"!{window}")
+        section = yaml.safe_load(ui_stack.config.read_text())["balancing"]
+        assert section["pin"] == {"110": ["pve1", "pve2"]}
+        assert section["anti_affinity"] == [{"name": "db", "strict": False, "guests": ["110", "111"]}]
+        assert section["affinity"] == [{"name": "web", "guests": ["102", "120"]}]
+        assert section["ignore"] == {"tags": ["keel-ignore", "frozen"]} and section["guests"] == ["vm", "ct"]
+        assert section["schedule"] == {"timezone": "Europe/Berlin", "windows": [
+            {"days": "mon-fri", "from": "22:00", "to": "06:00"}, {"days": "sat,sun", "from": "00:00", "to": "24:00"}]}
+        assert section["interval"] == "3s"                 # a key the form does not show is kept
+        page.click("text=Settings")
+        page.wait_for_function(f"{window} && {window}.section !== null && {window}.down('form').getForm()"
+                               ".findField('pin').getValue() !== ''")
+        shown = page.evaluate(f"""k => {{ const f = {window}.down('form').getForm();
+            const out = {{}}; k.forEach(n => out[n] = f.findField(n).getValue()); return out; }}""", list(form))
+        assert shown == form
+    finally:
+        ui_stack.client.call("PUT", "/api/config", {"text": original})
+
+
 def test_apply_migrates_in_the_simulator_while_the_view_follows(open_ui, ui_stack):
     page = open_rebalancing(open_ui)
     plan_loaded(page)
