@@ -419,7 +419,9 @@ Ext.define('PVE.keel.Rebalancing', {
         me.updateButtons();
     },
 
-    // "Left alone: 109 (cache1): container, ..." under the plan: what Keel does not move, and why.
+    // Under the plan, what Keel does not move, by reason: "container: 109 (cache1), 117 (dns1)";
+    // at most ten guests a reason (a big cluster leaves hundreds alone), the reason's detail
+    // in a tooltip.
     showLeftAlone: function (skipped) {
         var me = this;
         var bar = me.down('#leftAlone');
@@ -427,13 +429,28 @@ Ext.define('PVE.keel.Rebalancing', {
             bar.hide();
             return;
         }
-        var text = skipped.map(function (s) {
-            return (s.vmid ? Ext.htmlEncode(s.vmid) + (s.name ? ' (' + Ext.htmlEncode(s.name) + ')' : '') + ': '
-                : '') + '<span data-qtip="' + Ext.htmlEncode(Ext.htmlEncode(s.detail || '')) + '">' +
-                Ext.htmlEncode(s.reason) + '</span>';
-        }).join(', ');
+        var byReason = {}, order = [];
+        skipped.forEach(function (s) {
+            if (!byReason[s.reason]) {
+                byReason[s.reason] = [];
+                order.push(s.reason);
+            }
+            byReason[s.reason].push(s);
+        });
+        var parts = order.map(function (reason) {
+            var items = byReason[reason];
+            var names = items.slice(0, 10).map(function (s) {
+                return s.vmid ? Ext.htmlEncode(s.vmid) + (s.name ? ' (' + Ext.htmlEncode(s.name) + ')' : '')
+                    : Ext.htmlEncode(s.detail);
+            });
+            if (items.length > 10) {
+                names.push(Ext.String.format(gettext('{0} more'), items.length - 10));
+            }
+            return '<span data-qtip="' + Ext.htmlEncode(Ext.htmlEncode(items[0].detail || '')) + '"><b>' +
+                Ext.htmlEncode(reason) + '</b></span>: ' + names.join(', ');
+        });
         me.down('#leftAloneText').update('<i class="fa fa-fw fa-info-circle"></i> ' + gettext('Left alone') +
-            ': ' + text);
+            ' &middot; ' + parts.join(' &middot; '));
         bar.show();
     },
 
