@@ -118,7 +118,15 @@ def insert(text: bytes, ver: str = "") -> tuple[bytes, str]:
 
 
 def _write(path: str, data: bytes) -> None:
-    """Atomically: a temporary file beside it with its mode and owner, then rename."""
+    """Atomically: a temporary file beside it with its mode and owner, then rename; a
+    failure is ``Refused`` with the system's reason."""
+    try:
+        _replace(path, data)
+    except OSError as e:
+        raise Refused(f"cannot write {path}: {e.strerror}") from None
+
+
+def _replace(path: str, data: bytes) -> None:
     st = os.stat(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".keel-inject.", dir=directory)
@@ -160,10 +168,7 @@ def apply(path: str = TEMPLATE, ver: str = "") -> str:
                 f"the Keel panel is not added (nothing changed)")
     if new == text:
         return f"{path}: already loads {SRC} {where} (nothing changed)"
-    try:
-        _write(path, new)
-    except OSError as e:
-        raise Refused(f"cannot write {path}: {e.strerror}") from None
+    _write(path, new)
     return f"{path}: now loads {SRC} {where}"
 
 
@@ -174,10 +179,7 @@ def remove(path: str = TEMPLATE) -> str:
     new = strip(text)
     if new == text:
         return f"{path}: has no Keel line (nothing changed)"
-    try:
-        _write(path, new)
-    except OSError as e:
-        raise Refused(f"cannot write {path}: {e.strerror}") from None
+    _write(path, new)
     return f"{path}: Keel line removed"
 
 

@@ -310,7 +310,7 @@ def runners_stack(tmp: Path, scale_sets: list[dict] | None = None,
     (``("--harness", "www")`` for the UI tests)."""
     import yaml
     from conftest import start_sim
-    from service_helpers import start_engine, start_web, wait_for, write_config
+    from service_helpers import services, write_config
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(runners_scenario()))
     sim = start_sim(tmp / "scenario.yaml", tmp / "sim", 1.0)
@@ -322,15 +322,8 @@ def runners_stack(tmp: Path, scale_sets: list[dict] | None = None,
         data = yaml.safe_load(config.read_text())
         data["runners"] = runners_section(sim, key, scale_sets)
         config.write_text(yaml.safe_dump(data, sort_keys=False))
-        engine, client = start_engine(config)
-        try:
-            web, url = start_web(config, web_args)
-            try:
-                wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
-                yield RunnersStack(sim, url, client, config, secrets, engine, web)
-            finally:
-                web.stop()
-        finally:
-            engine.stop()
+        with services(config, web_args, ready=lambda c: c.call("GET", "/api/runners").get("active")) \
+                as (client, url, engine, web):
+            yield RunnersStack(sim, url, client, config, secrets, engine, web)
     finally:
         sim.stop()

@@ -117,22 +117,34 @@ def wait_for(predicate: Any, timeout: float = 30.0, step: float = 0.2) -> Any:
     raise AssertionError("timed out waiting")
 
 
+def leading(client: EngineClient) -> Any:
+    return client.call("GET", "/api/status")["leader"]
+
+
+@contextlib.contextmanager
+def services(config: Path, web_args: tuple[str, ...] = (), ready: Any = leading,
+             timeout: float = 30.0) -> Iterator[tuple[EngineClient, str, Service, Service]]:
+    """keel-engine and keel-web on ``config``, once ``ready(client)`` is true: yields
+    (engine client, web URL, engine, web); both stopped at the end."""
+    engine, client = start_engine(config)
+    try:
+        web, url = start_web(config, web_args)
+        try:
+            wait_for(lambda: ready(client), timeout=timeout)
+            yield client, url, engine, web
+        finally:
+            web.stop()
+    finally:
+        engine.stop()
+
+
 @contextlib.contextmanager
 def node_stack(tmp: Path, clock_factor: float) -> Iterator[tuple[Any, str]]:
     """The demo simulator, keel-engine (leading) and keel-web on it: yields (sim, web URL)."""
     from conftest import DEMO_SCENARIO, start_sim
     sim = start_sim(DEMO_SCENARIO, tmp / "sim", clock_factor)
     try:
-        config = write_config(tmp / "node", sim)
-        engine, client = start_engine(config)
-        try:
-            web, url = start_web(config)
-            try:
-                wait_for(lambda: client.call("GET", "/api/status")["leader"])
-                yield sim, url
-            finally:
-                web.stop()
-        finally:
-            engine.stop()
+        with services(write_config(tmp / "node", sim)) as (_, url, _, _):
+            yield sim, url
     finally:
         sim.stop()

@@ -157,7 +157,7 @@ def cmd_setup(args: argparse.Namespace, env: Any) -> int:
     from keel import config as cfg
     from keel.cli import connect_with_config
     from keel.pve.provision import provision
-    from keel.store import atomic_write
+    from keel.files import atomic_write
     config_path = Path(args.config or env.environ.get("KEEL_CONFIG") or cfg.DEFAULT_CONFIG_FILE)
     token_file = Path(args.token_file or cfg.DEFAULT_TOKEN_FILE)
     if not config_path.exists():
@@ -170,12 +170,7 @@ def cmd_setup(args: argparse.Namespace, env: Any) -> int:
         env.stdout.write(line + "\n")
     if outcome.token is not None:
         token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        old = os.umask(0o077)
-        try:
-            atomic_write(token_file, outcome.token + "\n")
-        finally:
-            os.umask(old)
-        os.chmod(token_file, 0o600)
+        atomic_write(token_file, outcome.token + "\n", mode=0o600, what="the token secret file")
         env.stdout.write(f"token secret written to {token_file} (root only)\n")
     if config_path.exists():
         env.stdout.write(f"config {config_path}: exists, left as it is\n")

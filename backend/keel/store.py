@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from keel.balance.history import Blocked, History, MoveRecord
 from keel.errors import InvalidError
+from keel.files import atomic_write
 
 DEFAULT_PATH = Path("/var/lib/keel/keel.db")
 KEEP_MOVES_S = 90 * 86400
@@ -215,22 +216,3 @@ class Store:
 
 def now() -> float:
     return time.time()
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never half of it (a
-    temporary file in the same directory, then rename: what PVE's own writers do on pmxcfs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise InvalidError(f"cannot write {path}: {err.strerror}") from None

@@ -9,28 +9,16 @@ import pytest
 
 from keel.runners.service import RunnerService
 from keel.runners.settings import parse
-from runners_helpers import SimPool, TOKEN, kit_fixture, scenario
+from runners_helpers import TOKEN, scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 4, "start_timeout": "60s",
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 FAST = {"lost_runner": "60s", "session_timeout": "60s"}
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    """One simulator per scenario for the module, reset before each test."""
-    pool = SimPool(tmp_path_factory.mktemp("sims"))
-    yield pool
-    pool.close()
-
-
 @pytest.fixture
-def kit(pool, tmp_path):
-    make, made = kit_fixture(pool, tmp_path)
-    kit = make([SMALL], scenario(github=FAST))
-    yield kit
-    for k in made:
-        k.service.close()
+def kit(kits):
+    return kits([SMALL], scenario(github=FAST))
 
 
 def run_until_clean(kit, limit: int = 300) -> None:

@@ -8,27 +8,11 @@ from dataclasses import replace
 import pytest
 
 from keel.runners import fleet
-from runners_helpers import SimPool, kit_fixture, scenario
+from runners_helpers import scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 3, "start_timeout": "60s",
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 FAST = {"lost_runner": "60s", "session_timeout": "60s"}
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    """One simulator per scenario for the module, reset before each test."""
-    pool = SimPool(tmp_path_factory.mktemp("sims"))
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
-def kits(pool, tmp_path):
-    make, made = kit_fixture(pool, tmp_path)
-    yield make
-    for kit in made:
-        kit.service.close()
 
 
 @pytest.fixture

@@ -6,26 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from runners_helpers import SimPool, GiB, kit_fixture
+from runners_helpers import GiB
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 4,
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    """One simulator per scenario for the module, reset before each test."""
-    pool = SimPool(tmp_path_factory.mktemp("sims"))
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
-def kits(pool, tmp_path):
-    make, made = kit_fixture(pool, tmp_path)
-    yield make
-    for kit in made:
-        kit.service.close()
 
 
 @pytest.fixture

@@ -13,29 +13,13 @@ import requests
 
 from keel.runners.endpoint import Endpoint
 from keel.runners.status import render
-from runners_helpers import SimPool, TOKEN, kit_fixture, scenario
+from runners_helpers import TOKEN, scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 2,
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 LINE = re.compile(r'^[a-z_][a-z0-9_]*(\{([a-z_]+="[^"]*",?)*\})? -?[0-9.e+-]+(Inf)?$|^[a-z_][a-z0-9_]*'
                   r'(\{([a-z_]+="[^"]*",?)*\})? \+Inf$')
 WEBHOOK_SECRET = "hush-hush-webhook"
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    """One simulator per scenario for the module, reset before each test."""
-    pool = SimPool(tmp_path_factory.mktemp("sims"))
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
-def kits(pool, tmp_path):
-    make, made = kit_fixture(pool, tmp_path)
-    yield make
-    for kit in made:
-        kit.service.close()
 
 
 def run_job(kit, duration: float = 10) -> int:

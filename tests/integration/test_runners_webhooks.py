@@ -12,35 +12,24 @@ import requests
 from keel.runners import fleet
 from keel.runners.endpoint import Endpoint
 from keel.runners.webhooks import signature
-from runners_helpers import SimPool, kit_fixture, scenario
+from runners_helpers import scenario
 
 SMALL = {"name": "keel-c2-m4", "max_runners": 3,
          "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
 SECRET = "s3cr3t-webhook-value"
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    """One simulator per scenario for the module, reset before each test."""
-    pool = SimPool(tmp_path_factory.mktemp("sims"))
-    yield pool
-    pool.close()
-
-
 @pytest.fixture
-def kit(pool, tmp_path):
-    make, made = kit_fixture(pool, tmp_path)
+def kit(kits, tmp_path):
     secret = tmp_path / "webhook-secret"
     secret.write_text(SECRET + "\n")
-    kit = make([SMALL], scenario(github={"lost_runner": "60s"}),
+    kit = kits([SMALL], scenario(github={"lost_runner": "60s"}),
                webhook={"secret_path": str(secret), "listen": "127.0.0.1:0"})
     endpoint = Endpoint(kit.service, "127.0.0.1:0").start()
     kit.gh("POST", "hooks", {"url": f"{endpoint.url}/webhook", "secret": SECRET})
     kit.extra["endpoint"] = endpoint
     yield kit
     endpoint.stop()
-    for k in made:
-        k.service.close()
 
 
 def light_pass(kit) -> None:

@@ -12,7 +12,7 @@ import yaml
 from conftest import DEMO_PASSWORD, DEMO_SCENARIO, ROOT, start_sim
 from keel import config as cfg
 from keel.errors import InvalidError
-from service_helpers import start_engine, start_web, wait_for, write_config
+from service_helpers import services, wait_for, write_config
 
 WWW = ROOT / "www"
 needs_harness = pytest.mark.skipif(not (WWW / "node_modules" / "extjs-gpl").exists(),
@@ -26,16 +26,8 @@ def harness_stack(tmp_path_factory):
     sim = start_sim(DEMO_SCENARIO, tmp / "sim")
     try:
         config = write_config(tmp / "node", sim)
-        engine, client = start_engine(config)
-        try:
-            web, url = start_web(config, ("--harness", str(WWW)))
-            try:
-                wait_for(lambda: client.call("GET", "/api/status")["leader"])
-                yield sim, url, client, config
-            finally:
-                web.stop()
-        finally:
-            engine.stop()
+        with services(config, ("--harness", str(WWW))) as (client, url, _, _):
+            yield sim, url, client, config
     finally:
         sim.stop()
 

@@ -14,7 +14,6 @@ real ``keel sim`` + keel-engine + ``keel web --harness www``.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 
 from conftest import DEMO_PASSWORD, DEMO_SCENARIO, ROOT, Sim, start_sim
 from keel.engine.client import EngineClient
-from service_helpers import start_engine, start_web, wait_for, write_config
+from service_helpers import services, write_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 WWW = ROOT / "www"
@@ -62,16 +61,8 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     sim = start_sim(DEMO_SCENARIO, tmp / "sim", CLOCK_FACTOR)
     try:
         config = write_config(tmp / "node", sim, balancing={"interval": "3s"})
-        engine, client = start_engine(config)
-        try:
-            web, url = start_web(config, ("--harness", str(WWW)))
-            try:
-                wait_for(lambda: client.call("GET", "/api/status")["leader"])
-                yield UiStack(sim, url, client, config)
-            finally:
-                web.stop()
-        finally:
-            engine.stop()
+        with services(config, ("--harness", str(WWW))) as (client, url, _, _):
+            yield UiStack(sim, url, client, config)
     finally:
         sim.stop()
 

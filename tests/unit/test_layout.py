@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "keel"
 ALLOWED = {
     "model": {"model"},
     "errors": {"errors"},
+    "files": {"files", "errors"},
     "units": {"units", "errors"},
     "validate": {"validate", "errors", "units"},
     "pve": {"pve", "model", "errors", "units", "validate"},
@@ -23,14 +24,14 @@ ALLOWED = {
     "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate"},
     "words": {"words"},
     "importers": {"importers", "config", "balance", "errors", "validate", "units", "schedule"},
-    "store": {"store", "balance", "errors"},
+    "store": {"store", "balance", "errors", "files"},
     "plan_view": {"plan_view", "balance", "status_view", "units"},
     "status_view": {"status_view", "balance", "model", "units", "errors"},
-    "engine": {"engine", "balance", "pve", "runners", "config", "store", "model", "words", "schedule",
+    "engine": {"engine", "balance", "pve", "runners", "config", "store", "files", "model", "words", "schedule",
                "errors", "units", "validate", "plan_view", "status_view"},
     "web": {"web", "engine", "pve", "config", "errors", "units", "validate"},
     "runners": {"runners", "pve", "model", "schedule", "words", "errors", "units",
-                "validate"},
+                "validate", "files"},
     "sim": {"sim", "errors", "units", "validate", "balance", "model"},
 }
 # Third-party modules only some parts may import.

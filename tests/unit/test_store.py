@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from keel.store import KEEP_MOVES_S, Store, atomic_write
+from keel.files import atomic_write
+from keel.store import KEEP_MOVES_S, Store
 
 
 class FakeMove:

@@ -33,7 +33,8 @@ from keel.engine.lease import Lease
 from keel.errors import BusyError, InvalidError, KeelError
 from keel.pve import snapshot as snapshots
 from keel.pve.client import PveClient
-from keel.store import Store, atomic_write
+from keel.files import atomic_write
+from keel.store import Store
 
 log = logging.getLogger("keel.engine")
 EXECUTE_WAIT_S = 20.0     # an apply waits this long for a balancing round to finish

@@ -26,7 +26,7 @@ import yaml
 from keel import config as cfg
 from keel.errors import BusyError, InvalidError
 from keel.runners import check as checks, secrets
-from keel.store import atomic_write
+from keel.files import atomic_write
 
 if TYPE_CHECKING:
     from keel.engine.core import Engine

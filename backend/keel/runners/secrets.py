@@ -16,13 +16,13 @@ file is set, and every error names the field and the file, never the content.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from keel.errors import InvalidError
+from keel.files import atomic_write
 
 MAX_SECRET_BYTES = 16 * 1024
 TOKEN_RE = re.compile(r"^(?:gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,251}|[0-9a-f]{40})$")
@@ -157,26 +157,12 @@ def inside(directory: Path, path: str, field: str) -> Path:
 
 
 def write(path: Path, text: str) -> None:
-    """Atomically, mode 0600 from the start (pmxcfs allows no chmod): a temporary file
-    beside it, then a rename."""
+    """Atomically, mode 0600 from the start, in a directory only root may enter."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise InvalidError(f"cannot make the secrets directory {path.parent}: {err.strerror}") from None
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise InvalidError(f"cannot write the secret file {path}: {err.strerror}") from None
+    atomic_write(path, text, mode=0o600, what="the secret file")
 
 
 def is_set(path: str | None) -> bool:
