@@ -116,10 +116,15 @@ def _compare_gib(label: str, keel: Run, other: Run, trace: bool, targets: Target
     need = keel.gib_to_reach(other.after.keel)
     pve_need = keel.gib_to_reach(other.after.pve, figure=2)
     targets.add(label, "keel", f"GiB to reach {other.method}'s imbalance {other.after.keel:.3f}",
-                "never" if need is None else f"{need:.0f} GiB", f"<= {other.gib:.0f} GiB",
+                "never" if need is None else _gib(need), f"<= {_gib(other.gib)}",
                 need is not None and need <= other.gib + 1e-9,
-                "on PVE's figure: " + ("never" if pve_need is None else f"{pve_need:.0f} GiB")
+                "on PVE's figure: " + ("never" if pve_need is None else _gib(pve_need))
                 + f" to reach {other.after.pve:.3f}")
+
+
+def _gib(value: float) -> str:
+    """GiB to a tenth below 100 (where a small difference would round away), whole above."""
+    return f"{value:.1f} GiB" if value < 100 else f"{value:.0f} GiB"
 
 
 def _compare_milp(label: str, star: Run, ref, targets: Targets) -> None:

@@ -11,10 +11,12 @@
    best per GiB, the one that does most is made (fewer migrations for the same GiB), and
    again, until the figure is down to half the threshold, no move cuts F by enough
    (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget is
-   spent — then the plan says so and later rounds go on.  When no single move helps
-   (memory too tight, or sizes that no one move evens out), compound moves are tried, in
-   this order, each only if it can be carried out with a guest's memory held on both
-   nodes while it moves:
+   spent — then the plan says so and later rounds go on.  On a cluster small enough for
+   it, each such choice looks ahead first (``lookahead``): where the greedy path runs into
+   a dead end, a dearer move whose path levels the cluster for fewer GiB is made instead.
+   When no single move helps (memory too tight, or sizes that no one move evens out),
+   compound moves are tried, in this order, each only if it can be carried out with a
+   guest's memory held on both nodes while it moves:
    - a swap of a guest of the hottest node for one of a cold node;
    - making room: light guests moved off a full node so that one from the hottest fits;
    - a trade of up to three guests of one node for up to three of another, if need be
@@ -39,7 +41,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from keel import words
+from keel.balance import lookahead
 from keel.balance.loads import LoadModel
+from keel.balance.lookahead import Budget
 from keel.balance.moving import GiB, MOVE_OVERHEAD_GIB, current_node, move_unit
 from keel.balance.plan import Move, Skip
 from keel.balance.rules import Constraints, Unit
@@ -47,7 +51,6 @@ from keel.balance.settings import BalancingSettings
 from keel.balance.trades import exchange, make_room, swap
 
 DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it wears)
-NEAR_BEST = 0.9              # moves within 10 % of the best gain per GiB count as as good
 MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of its two nodes' share of it, at least
 MAX_SWAP_ROUNDS = 5
 MAX_PEAK_MOVES = 20
@@ -177,66 +180,59 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                 allowed[row, model.index[node]] = True
     allowed &= model.eligible[None, :]
     scorer = _Scorer(model, units, demand, allowed, footprint, cost, anti, placed)
-    guests = np.array([len(u.guests) for u in units], dtype=int)
-    moved = np.zeros(len(units), dtype=bool)
+    budget = Budget(settings.limits.moves, settings.limits.bytes,
+                    np.array([len(u.guests) for u in units], dtype=int), footprint + disk,
+                    np.zeros(len(units), dtype=bool))
+    look = lookahead.applies(model, len(units))
     # A move changes two nodes: its gain is weighed against their share of the objective, so
     # that on 64 nodes a move is not held to a fraction of the whole cluster's imbalance.
     eligible = max(2, int(model.eligible.sum()))
     min_gain = max(model.objective() * MIN_RELATIVE_GAIN * 2 / eligible, 1e-12)
-    budget_moves, budget_bytes = settings.limits.moves, settings.limits.bytes
-    used_moves, used_bytes = 0, 0
+
+    def done(state: LoadModel) -> bool:
+        figures = state.figures()
+        return (_figure(figures, settings) <= settings.threshold / 2
+                and (settings.hotspot is None or figures.peak <= settings.hotspot))
+
     swaps = 0
     made_any = False
     budget_spent = False
-    while True:
-        figures = model.figures()
-        if (_figure(figures, settings) <= settings.threshold / 2
-                and (settings.hotspot is None or figures.peak <= settings.hotspot)):
-            break
+    while not done(model):
         score, gain = scorer.scores()
+        worth_more = False
         if units:
-            fits = ((used_moves + np.where(moved, 0, guests) <= budget_moves)
-                    & (used_bytes + footprint + disk <= budget_bytes))
             unlimited = np.unravel_index(int(np.argmax(score)), score.shape)
             worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
-            score[~fits, :] = -np.inf
-        best = np.unravel_index(int(np.argmax(score)), score.shape)
-        if np.isfinite(score[best]):
-            # of the moves about as good per GiB as the best, the one that does most: fewer
-            # migrations for the same GiB
-            near = score >= score[best] * NEAR_BEST
-            best = np.unravel_index(int(np.argmax(np.where(near, gain, -np.inf))), score.shape)
-        if not np.isfinite(score[best]) or gain[best] < min_gain:
-            if units and worth_more:
+            score[~budget.fits(), :] = -np.inf
+        best = lookahead.greedy_pick(score, gain)
+        if best is not None and look and gain[best] >= min_gain:
+            best = lookahead.choose(scorer, score, gain, best, min_gain, budget, done)
+        if best is None or gain[best] < min_gain:
+            if worth_more:
                 budget_spent = True            # good moves remain: later rounds make them
                 break
             pair = None
-            if swaps < MAX_SWAP_ROUNDS and used_moves + 2 <= budget_moves:
+            left = budget.moves - budget.used_moves
+            if swaps < MAX_SWAP_ROUNDS and left >= 2:
                 pair = swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
                             min_gain, settings)
             if pair is None and swaps < MAX_SWAP_ROUNDS:
                 pair = make_room(model, units, demand, scorer.cur, allowed, footprint, anti, placed,
-                                 moves, min_gain, budget_moves - used_moves)
+                                 moves, min_gain, left)
             if pair is None and swaps < MAX_SWAP_ROUNDS:
                 pair = exchange(model, units, demand, scorer.cur, allowed, footprint, anti, placed,
-                                moves, min_gain, budget_moves - used_moves)
+                                moves, min_gain, left)
             if pair is not None:
                 for row in pair:
-                    if not moved[row]:
-                        used_moves += len(units[row].guests)
-                        used_bytes += int(footprint[row] + disk[row])
-                        moved[row] = True
+                    budget.take(row)
                 swaps += 1
                 made_any = True
                 scorer.refresh()
                 continue
             break
-        row, col = int(best[0]), int(best[1])
+        row, col = best
         unit = units[row]
-        if not moved[row]:
-            used_moves += len(unit.guests)
-            used_bytes += int(footprint[row] + disk[row])
-            moved[row] = True
+        budget.take(row)
         move_unit(model, unit, nodes[col], words.BALANCE,
                   f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
                   placed, moves, float(gain[best]))
@@ -248,21 +244,16 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         n, wsum = int(model.eligible.sum()), float(model.weights.sum())
         ceiling = max(model.objective() * PEAK_RISE ** 2, (settings.threshold / 2) ** 2 * n * wsum)
         for _ in range(MAX_PEAK_MOVES):
-            row = _peak_move(model, scorer, units, placed, moves, ceiling,
-                             (used_moves + np.where(moved, 0, guests) <= budget_moves)
-                             & (used_bytes + footprint + disk <= budget_bytes))
+            row = _peak_move(model, scorer, units, placed, moves, ceiling, budget.fits())
             if row is None:
                 break
-            if not moved[row]:
-                used_moves += len(units[row].guests)
-                used_bytes += int(footprint[row] + disk[row])
-                moved[row] = True
+            budget.take(row)
             made_any = True
     still = _triggered(model, settings)
-    if still and (budget_spent or used_moves >= budget_moves or used_bytes >= budget_bytes):
+    if still and (budget_spent or budget.spent):
         budget_spent = True
-        skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget_moves} moves, "
-                                         f"{budget_bytes / GiB:.0f} GiB) is spent; later rounds go on"))
+        skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget.moves} moves, "
+                                         f"{budget.bytes / GiB:.0f} GiB) is spent; later rounds go on"))
     return still and not made_any, budget_spent
 
 

@@ -49,7 +49,7 @@ def convert(text: str, source: str = "proxlb config") -> tuple[dict[str, Any], l
              f"{bs.DEFAULT_HOLD} rounds in a row over the threshold), margin (a plan must cut the "
              f"imbalance by {bs.DEFAULT_MARGIN:.0%}), cooldown ({bs.DEFAULT_COOLDOWN_S / 3600:g} h "
              f"before a moved guest moves again), limits.moves ({bs.DEFAULT_MAX_MOVES} per round), "
-             f"limits.per_node ({bs.DEFAULT_PER_NODE} migration in or out of a node at once) and "
+             f"limits.per_node ({bs.DEFAULT_PER_NODE} migration into a node at once, and as many out) and "
              f"memory.headroom (no node planned above {1 - bs.DEFAULT_HEADROOM:.0%} memory).", ""),
     ]
     proxmox = _proxmox(src, notes)
