@@ -25,7 +25,6 @@ of a plan, the ones that do most per GiB, stay as they were.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -93,12 +92,11 @@ def choose(scorer, score: np.ndarray, gain: np.ndarray, first: tuple[int, int], 
     """The move to make now: ``first`` (the greedy choice) unless a playout from another
     candidate levels the cluster for fewer GiB.  ``score`` must already be −inf where the
     budget does not allow a move; ``done`` says when the figure is at its target."""
-    start = scorer.model.objective()
-    greedy = _playout(scorer, first, budget, min_gain, done, start)
+    greedy = _playout(scorer, first, budget, min_gain, done)
     if not greedy[1]:
         return first                 # the greedy path does not run into a dead end
     candidates = _candidates(score, gain, first, min_gain)
-    curves = [greedy] + [_playout(scorer, move, budget, min_gain, done, start) for move in candidates[1:]]
+    curves = [greedy] + [_playout(scorer, move, budget, min_gain, done) for move in candidates[1:]]
     open_ended = [curve for curve, stalled in curves if not stalled]
     level = max(curve[-1][1] for curve in (open_ended or [curve for curve, _ in curves]))
     costs = [_cost_to(curve, level) for curve, _ in curves]
@@ -125,13 +123,13 @@ def _candidates(score: np.ndarray, gain: np.ndarray, first: tuple[int, int],
 
 
 def _playout(scorer, move: tuple[int, int], budget: Budget, min_gain: float,
-             done: Callable[[LoadModel], bool], start: float) -> tuple[list[tuple[float, float]], bool]:
+             done: Callable[[LoadModel], bool]) -> tuple[list[tuple[float, float]], bool]:
     """(cost so far, objective) after each move of the playout that begins with ``move``,
     and whether it stalled: stopped short of its target and its horizon with no move
     worth making left (a budget spent is not a stall: later rounds go on)."""
-    trial = _fork(scorer)
+    trial = scorer.fork()
     spend = budget.copy()
-    cost, curve = 0.0, [(0.0, start)]
+    cost, curve = 0.0, [(0.0, trial.model.objective())]
     for step in range(HORIZON):
         if step:
             if done(trial.model) or spend.spent:
@@ -150,15 +148,6 @@ def _playout(scorer, move: tuple[int, int], budget: Budget, min_gain: float,
         cost += float(trial.cost[row])
         curve.append((cost, trial.model.objective()))
     return curve, False
-
-
-def _fork(scorer):
-    """The scorer over a copy of its working state (model, where each unit is)."""
-    trial = copy.copy(scorer)
-    trial.model = scorer.model.copy()
-    trial.cur = scorer.cur.copy()
-    trial.placed = dict(scorer.placed)
-    return trial
 
 
 def _cost_to(curve: list[tuple[float, float]], level: float) -> float:

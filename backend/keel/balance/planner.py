@@ -36,6 +36,7 @@ The result is an unordered list of moves; ``sequence.order`` turns it into waves
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -284,6 +285,13 @@ class _Scorer:
 
     def refresh(self) -> None:
         self.cur = np.array([self.model.index[self.placed[u.key]] for u in self.units], dtype=int)
+
+    def fork(self) -> "_Scorer":
+        """The same scorer over a copy of its working state (the model, where each unit is),
+        for looking ahead without touching the plan."""
+        trial = copy.copy(self)
+        trial.model, trial.cur, trial.placed = self.model.copy(), self.cur.copy(), dict(self.placed)
+        return trial
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         model, cur, rows = self.model, self.cur, self.rows
