@@ -200,7 +200,27 @@ def _order(moves: list[Move], model: LoadModel, cons: Constraints, settings: Bal
     priority = {words.MAINTENANCE: 0, words.RULE: 1, words.BALANCE: 2}
     ordered = sorted(moves, key=lambda m: priority.get(m.reason, 3))
     return sequence.order(ordered, used, cap, anti_of, placement, settings.limits.concurrent,
-                          settings.limits.per_node, allowed)
+                          settings.limits.per_node, allowed, judge=lambda: _LoadJudge(model))
+
+
+class _LoadJudge:
+    """``sequence.Judge`` on the load model: the planner's objective before and after."""
+
+    def __init__(self, model: LoadModel) -> None:
+        self.model = model.copy()
+
+    def worsens(self, started: list[Move], moves: list[Move]) -> bool:
+        trial = self.model.copy()
+        for move in started:
+            trial.move([move.vmid], move.source, move.target)
+        before = trial.objective()
+        for move in moves:
+            trial.move([move.vmid], move.source, move.target)
+        return trial.objective() > before + 1e-12
+
+    def made(self, moves: list[Move]) -> None:
+        for move in moves:
+            self.model.move([move.vmid], move.source, move.target)
 
 
 def _state(model: LoadModel, cons: Constraints, snapshot: Snapshot,

@@ -9,11 +9,18 @@ trading guests), one guest is parked on a third node with room, and goes on from
 in a later wave.  A move that cannot be ordered safely is dropped and reported.
 Moves into one node start in the order the planner made them, so that a later move never
 takes the room an earlier one is waiting for (the planner's order is one that fits).
+
+The executor stops after a wave with a failure, so the state after every wave is one the
+cluster may stay in.  A balancing move that would start ahead of an earlier one still
+waiting (to fill a free slot) therefore does so only if it does not, by itself, make the
+imbalance worse (a ``Judge`` says); otherwise it waits for the plan's order, unless
+nothing else could start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
 
 from keel import words
 from keel.balance.plan import Move, Skip
@@ -36,22 +43,33 @@ class Step:
         return counts
 
 
+class Judge(Protocol):
+    """The cluster's load as the waves go: does a step make the imbalance worse now?"""
+
+    def worsens(self, started: list[Move], moves: list[Move]) -> bool:
+        """Would ``moves``, on top of the waves made and ``started``, raise the imbalance?"""
+
+    def made(self, moves: list[Move]) -> None:
+        """``moves`` are part of a wave now."""
+
+
 def order(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str, float],
           anti_of: dict[int, set[str]], placement: dict[int, str], concurrent: int,
-          per_node: int, allowed: dict[int, set[str]] | None = None
-          ) -> tuple[list[Move], list[Skip]]:
+          per_node: int, allowed: dict[int, set[str]] | None = None,
+          judge: Callable[[], Judge] | None = None) -> tuple[list[Move], list[Skip]]:
     """Give every move a wave; return the ordered moves (parking moves included) and drops.
 
     ``anti_of`` maps a vmid to its anti-affinity groups; ``placement`` is where every guest
     in such a group is now.  A guest parked on the way to a target it then cannot reach
     would be worse off than before: such moves are dropped whole and the rest re-ordered.
+    ``judge`` makes a fresh ``Judge`` on the starting state (none: any move may fill a slot).
     """
     dropped: set[int] = set()
     skipped: list[Skip] = []
     while True:
         kept = [m for m in moves if m.vmid not in dropped]
         done, failed = _order_once(kept, mem_used, mem_cap, anti_of, placement, concurrent,
-                                   per_node, allowed)
+                                   per_node, allowed, judge() if judge else None)
         stranded = {s.vmid for s in failed if s.vmid is not None} & \
             {m.vmid for m in done if m.reason == words.PARK}
         if not stranded:
@@ -62,7 +80,8 @@ def order(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str, floa
 
 def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str, float],
                 anti_of: dict[int, set[str]], placement: dict[int, str], concurrent: int,
-                per_node: int, allowed: dict[int, set[str]] | None) -> tuple[list[Move], list[Skip]]:
+                per_node: int, allowed: dict[int, set[str]] | None, judge: Judge | None
+                ) -> tuple[list[Move], list[Skip]]:
     used = dict(mem_used)
     where = dict(placement)
     pending = _steps(moves, anti_of)
@@ -72,38 +91,9 @@ def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str
     parked: set[tuple[int, ...]] = set()
     while pending:
         wave += 1
-        inflow: dict[str, int] = {}
-        outflow: dict[str, int] = {}
-        incoming: dict[str, float] = {}
-        arriving: dict[str, set[str]] = {}
-        started: list[Step] = []
-        waiting: set[str] = set()       # targets where an earlier step waits for room
-        for step in pending:
-            # A bundle bigger than a limit may still go, alone.
-            count = len(step.moves)
-            busy = sum(len(s.moves) for s in started)
-            if busy and busy + count > concurrent:
-                continue
-            if any(outflow.get(src, 0) and outflow[src] + n > per_node for src, n in step.sources.items()):
-                continue
-            if inflow.get(step.target, 0) and inflow[step.target] + count > per_node:
-                continue
-            if step.target in waiting:
-                continue                # moves into a node start in the plan's order: a later
-                                        # one must not take the room an earlier one waits for
-            if used[step.target] + incoming.get(step.target, 0.0) + step.memory > mem_cap[step.target]:
-                waiting.add(step.target)
-                continue
-            if step.anti and (step.anti & arriving.get(step.target, set())
-                              or any(where.get(v) == step.target and anti_of.get(v, set()) & step.anti
-                                     for v in where if v not in {m.vmid for m in step.moves})):
-                continue
-            started.append(step)
-            inflow[step.target] = inflow.get(step.target, 0) + len(step.moves)
-            for src, n in step.sources.items():
-                outflow[src] = outflow.get(src, 0) + n
-            incoming[step.target] = incoming.get(step.target, 0.0) + step.memory
-            arriving.setdefault(step.target, set()).update(step.anti)
+        started = _wave(pending, used, mem_cap, where, anti_of, concurrent, per_node, judge)
+        if not started and judge is not None:
+            started = _wave(pending, used, mem_cap, where, anti_of, concurrent, per_node, None)
         if not started:
             park = _park(pending, used, mem_cap, allowed or {}, parked, where, anti_of)
             if park is None:
@@ -119,6 +109,8 @@ def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str
             continue
         for step in started:
             pending.remove(step)
+            if judge is not None:
+                judge.made(step.moves)
             for move in step.moves:
                 held = move.mem_bytes if move.running else 0
                 used[move.source] -= held
@@ -126,6 +118,48 @@ def _order_once(moves: list[Move], mem_used: dict[str, float], mem_cap: dict[str
                 where[move.vmid] = step.target
                 done.append(replace(move, wave=wave))
     return done, skipped
+
+
+def _wave(pending: list[Step], used: dict[str, float], mem_cap: dict[str, float], where: dict[int, str],
+          anti_of: dict[int, set[str]], concurrent: int, per_node: int, judge: Judge | None) -> list[Step]:
+    """The steps that start in the next wave, in the plan's order."""
+    inflow: dict[str, int] = {}
+    outflow: dict[str, int] = {}
+    incoming: dict[str, float] = {}
+    arriving: dict[str, set[str]] = {}
+    started: list[Step] = []
+    waiting: set[str] = set()           # targets where an earlier step waits for room
+    behind = False                      # an earlier step does not start in this wave
+    for step in pending:
+        # A bundle bigger than a limit may still go, alone.
+        count = len(step.moves)
+        busy = sum(len(s.moves) for s in started)
+        ok = not (busy and busy + count > concurrent)
+        ok = ok and not any(outflow.get(src, 0) and outflow[src] + n > per_node
+                            for src, n in step.sources.items())
+        ok = ok and not (inflow.get(step.target, 0) and inflow[step.target] + count > per_node)
+        # moves into a node start in the plan's order: a later one must not take the room
+        # an earlier one waits for
+        ok = ok and step.target not in waiting
+        if ok and used[step.target] + incoming.get(step.target, 0.0) + step.memory > mem_cap[step.target]:
+            waiting.add(step.target)
+            ok = False
+        ok = ok and not (step.anti and (step.anti & arriving.get(step.target, set())
+                                        or any(where.get(v) == step.target and anti_of.get(v, set()) & step.anti
+                                               for v in where if v not in {m.vmid for m in step.moves})))
+        if ok and behind and judge is not None and all(m.reason == words.BALANCE for m in step.moves) \
+                and judge.worsens([m for s in started for m in s.moves], step.moves):
+            ok = False
+        if not ok:
+            behind = True
+            continue
+        started.append(step)
+        inflow[step.target] = inflow.get(step.target, 0) + len(step.moves)
+        for src, n in step.sources.items():
+            outflow[src] = outflow.get(src, 0) + n
+        incoming[step.target] = incoming.get(step.target, 0.0) + step.memory
+        arriving.setdefault(step.target, set()).update(step.anti)
+    return started
 
 
 def _steps(moves: list[Move], anti_of: dict[int, set[str]]) -> list[Step]:
