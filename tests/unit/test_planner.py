@@ -325,3 +325,20 @@ def test_pve_methods_still_empty_maintenance_nodes():
     snap = cluster([node("a"), node("b"), node("c")], [vm(100, "a"), vm(101, "a"), vm(102, "b")])
     p = plan(snap, method="bruteforce", maintenance=frozenset({"a"}))
     assert {m.vmid for m in p.moves} == {100, 101} and all(m.reason == words.MAINTENANCE for m in p.moves)
+
+
+def test_a_guest_left_out_over_a_conflict_still_keeps_its_anti_affinity_partners_away():
+    # 103 belongs to affinity group p, whose fixed members sit on a and b: a conflict, so 103
+    # stays on b. It is also in anti-affinity group x with 101 (fixed on a) and 102, which
+    # must leave a: only c is free of the group (found by the safety property test).
+    guests = [vm(101, "a", tags=("plb_anti_affinity_x", "keel-ignore")),
+              vm(102, "a", tags=("plb_anti_affinity_x",)),
+              vm(103, "b", tags=("plb_anti_affinity_x", "keel-affinity-p")),
+              vm(104, "a", tags=("keel-affinity-p", "keel-ignore")),
+              vm(105, "b", tags=("keel-affinity-p", "keel-ignore")),
+              vm(106, "a", tags=("plb_anti_affinity_x",))]
+    p = plan(cluster([node("a"), node("b"), node("c")], guests))
+    assert targets(p) == {102: "c"} or targets(p) == {106: "c"}
+    assert any("anti-affinity tag:x: 4 guests but only 3 nodes" in c for c in p.conflicts)
+    left = next(s for s in p.skipped if s.vmid in (102, 106) and s.vmid not in targets(p))
+    assert left.reason == words.CONFLICT and "kept apart" in left.detail

@@ -50,7 +50,7 @@ def check(snapshot, config, plan):
 
 
 @given(clusters())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_no_plan_breaks_a_rule_or_overcommits_memory(case):
     snapshot, config = case
     plan = make_plan(snapshot, config, History(), NOW)

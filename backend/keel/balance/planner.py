@@ -136,6 +136,7 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
         demand = model.unit_demand(unit.vmids)
         footprint = model.unit_footprint(unit.vmids)
         best: tuple[float, str] | None = None
+        full = apart = False
         for node in sorted(unit.allowed):
             i = model.index.get(node)
             if i is None or not model.eligible[i]:
@@ -144,8 +145,10 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
                 continue
             staying = sum(model.footprint[g.vmid] for g in unit.guests if current_node(g, moves) == node)
             if model.mem_used[i] + footprint - staying > model.mem_cap[i]:
+                full = True
                 continue
             if _blocked_by_anti(unit, node, anti, placed):
+                apart = True
                 continue
             source = unit.node if model.eligible[model.index[unit.node]] else None
             delta = _delta(model, demand, source, node) if unit.node in model.index else 0.0
@@ -153,9 +156,12 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
                 best = (delta, node)
         if best is None:
             reason = words.NO_ROOM if unit.allowed else words.CONFLICT
+            why = "has room for it"
+            if apart and not full:
+                reason, why = words.CONFLICT, "is free of the guests it must be kept apart from"
             for guest in unit.guests:
-                skipped.append(Skip(reason, f"must move ({unit.mandatory_detail}) but no allowed node "
-                                            f"has room for it", guest.vmid, guest.name))
+                skipped.append(Skip(reason, f"must move ({unit.mandatory_detail}) but no allowed node {why}",
+                                    guest.vmid, guest.name))
             continue
         move_unit(model, unit, best[1], unit.mandatory or words.RULE, unit.mandatory_detail,
                   placed, moves, -best[0])

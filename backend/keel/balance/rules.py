@@ -101,7 +101,6 @@ def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: Hist
     groups = _groups(snapshot, settings)
     units = _bundle(movable, fixed, groups["affinity"], conflicts, skipped)
     by_vmid = {vmid: unit for unit in units for vmid in unit.vmids}
-    fixed_ids = {g.vmid for g in fixed}
 
     for unit in units:
         allowed = set(eligible) if unit.anchor is None else {unit.anchor} & eligible
@@ -129,7 +128,8 @@ def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: Hist
                     skipped.append(Skip(words.CONFLICT, "affinity and anti-affinity contradict each other",
                                         guest.vmid, guest.name))
         keys = {by_vmid[v].key for v in vmids if v in by_vmid}
-        fixed_nodes = {snapshot.guests[v].node for v in vmids if v in fixed_ids}
+        # members that stay where they are (fixed, or left out over a conflict) hold their node
+        fixed_nodes = {snapshot.guests[v].node for v in vmids if v not in by_vmid and v in snapshot.guests}
         for unit in units:
             if unit.key in keys:
                 unit.allowed -= fixed_nodes
