@@ -129,27 +129,36 @@ def _wave(pending: list[Step], used: dict[str, float], mem_cap: dict[str, float]
     arriving: dict[str, set[str]] = {}
     started: list[Step] = []
     waiting: set[str] = set()           # targets where an earlier step waits for room
-    behind = False                      # an earlier step does not start in this wave
-    for step in pending:
+
+    def fits(step: Step) -> bool:
         # A bundle bigger than a limit may still go, alone.
         count = len(step.moves)
         busy = sum(len(s.moves) for s in started)
-        ok = not (busy and busy + count > concurrent)
-        ok = ok and not any(outflow.get(src, 0) and outflow[src] + n > per_node
-                            for src, n in step.sources.items())
-        ok = ok and not (inflow.get(step.target, 0) and inflow[step.target] + count > per_node)
-        # moves into a node start in the plan's order: a later one must not take the room
-        # an earlier one waits for
-        ok = ok and step.target not in waiting
-        if ok and used[step.target] + incoming.get(step.target, 0.0) + step.memory > mem_cap[step.target]:
+        if busy and busy + count > concurrent:
+            return False
+        if any(outflow.get(src, 0) and outflow[src] + n > per_node for src, n in step.sources.items()):
+            return False
+        if inflow.get(step.target, 0) and inflow[step.target] + count > per_node:
+            return False
+        if step.target in waiting:
+            return False                # moves into a node start in the plan's order: a later
+                                        # one must not take the room an earlier one waits for
+        if used[step.target] + incoming.get(step.target, 0.0) + step.memory > mem_cap[step.target]:
             waiting.add(step.target)
-            ok = False
-        ok = ok and not (step.anti and (step.anti & arriving.get(step.target, set())
-                                        or any(where.get(v) == step.target and anti_of.get(v, set()) & step.anti
-                                               for v in where if v not in {m.vmid for m in step.moves})))
-        if ok and behind and judge is not None and all(m.reason == words.BALANCE for m in step.moves) \
-                and judge.worsens([m for s in started for m in s.moves], step.moves):
-            ok = False
+            return False
+        if step.anti:
+            own = {m.vmid for m in step.moves}
+            if step.anti & arriving.get(step.target, set()) or any(
+                    where.get(v) == step.target and anti_of.get(v, set()) & step.anti
+                    for v in where if v not in own):
+                return False
+        return True
+
+    behind = False                      # an earlier step does not start in this wave
+    for step in pending:
+        ok = fits(step)
+        if ok and behind and judge is not None and all(m.reason == words.BALANCE for m in step.moves):
+            ok = not judge.worsens([m for s in started for m in s.moves], step.moves)
         if not ok:
             behind = True
             continue
