@@ -27,8 +27,11 @@ from typing import Collection, Mapping
 
 from keel.errors import InvalidError
 
-# The privileges Keel's doors check (docs/security.md); others are not passed on.
-KEEL_PRIVILEGES = ("Sys.Audit", "Sys.Modify", "VM.Audit", "VM.Migrate")
+# The privileges Keel's doors check (docs/security.md); others are not passed on.  The last
+# three guard what runner settings make Keel's token do: clone a template into a pool,
+# on a storage.
+KEEL_PRIVILEGES = ("Sys.Audit", "Sys.Modify", "VM.Audit", "VM.Migrate", "VM.Clone", "VM.Allocate",
+                   "Datastore.AllocateSpace")
 # The paths PVE always looks at for GET /access/permissions.
 TOP_PATHS = frozenset({"/", "/access", "/access/groups", "/nodes", "/pool", "/sdn", "/storage", "/vms"})
 HEADER_USER = "X-Keel-User"

@@ -125,3 +125,19 @@ def test_the_loop_runs_and_stops_cleanly(kit):
     assert kit.github_state()["sessions"] == []              # closed on the way out
     assert kit.service.store.get("status")["scale_sets"][0]["name"] == "keel-c2-m4"
     kit.assert_clean()
+
+
+def test_a_signed_body_replayed_under_a_new_delivery_id_or_none_is_not_acted_on_again(kit):
+    """An attacker who captured one signed delivery cannot make Keel act on it twice: the
+    delivery id is required, and the job id with its action is remembered too."""
+    kit.step()
+    body = b'{"action": "queued", "workflow_job": {"id": 4242, "labels": ["keel-c2-m4"]}}'
+    url = kit.extra["endpoint"].url + "/webhook"
+    signed = {"X-GitHub-Event": "workflow_job", "X-Hub-Signature-256": signature(SECRET.encode(), body)}
+    assert requests.post(url, data=body, headers={**signed, "X-GitHub-Delivery": "d-a"}, timeout=5).status_code == 202
+    replay = requests.post(url, data=body, headers={**signed, "X-GitHub-Delivery": "d-b"}, timeout=5)
+    assert replay.status_code == 200 and "seen before" in replay.text
+    missing = requests.post(url, data=body, headers=signed, timeout=5)
+    assert missing.status_code == 400 and "X-GitHub-Delivery" in missing.text
+    assert kit.service.meters.count("keel_webhooks_total", outcome="accepted") == 1
+    assert kit.service.meters.count("keel_webhooks_total", outcome="duplicate") == 1

@@ -188,12 +188,15 @@ class RunnerService:
         if not webhooks.verify(self._secret, body, webhooks.header(headers, "X-Hub-Signature-256")):
             self.meters.inc("keel_webhooks_total", {"outcome": "bad_signature"})
             return 401, "the signature does not match"
-        delivery = webhooks.header(headers, "X-GitHub-Delivery") or ""
-        if delivery and not self.deliveries.first_time(delivery):
-            self.meters.inc("keel_webhooks_total", {"outcome": "duplicate"})
-            return 200, "a delivery seen before; ignored"
+        delivery = (webhooks.header(headers, "X-GitHub-Delivery") or "").strip()
+        if not delivery:
+            return 400, "no X-GitHub-Delivery header: GitHub sends one with every delivery"
         event = webhooks.header(headers, "X-GitHub-Event")
         payload = webhooks.parse(body)
+        # A signed body replayed under another delivery id is the same job's same step.
+        if not all([self.deliveries.first_time(key) for key in webhooks.keys(delivery, event, payload)]):
+            self.meters.inc("keel_webhooks_total", {"outcome": "duplicate"})
+            return 200, "a delivery seen before; ignored"
         if event == "ping":
             return 200, "pong"
         if event != "workflow_job" or payload is None:

@@ -4,7 +4,9 @@ GitHub signs the exact bytes it sends: ``X-Hub-Signature-256: sha256=<hex HMAC-S
 ``verify`` recomputes it over the body as received and compares in constant time; a
 delivery without a good signature has no effect at all.  GitHub does not retry a failed
 delivery and may send one twice, so deliveries are remembered by ``X-GitHub-Delivery``
-(``Deliveries``) and a repeat is acknowledged and ignored.
+(``Deliveries``) and a repeat is acknowledged and ignored.  A signed body stays valid for
+ever, so a ``workflow_job`` is also remembered by its job id and action: the same body
+replayed under a new delivery id is not acted on again (``keys``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,18 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 def parse(body: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def keys(delivery: str, event: str | None, payload: dict[str, Any] | None) -> list[str]:
+    """What a delivery is remembered by: its id, and for a ``workflow_job`` the job and action."""
+    found = [f"delivery:{delivery}"]
+    job = payload.get("workflow_job") if event == "workflow_job" and payload else None
+    if isinstance(job, dict) and isinstance(job.get("id"), int):
+        found.append(f"job:{job['id']}:{payload.get('action')}")
+    return found
 
 
 class Deliveries:
