@@ -83,7 +83,12 @@ def cmd_engine(args: argparse.Namespace, env: Any) -> int:
         if engine is not None:
             engine.stop()
 
-    serve(load, {"bind": [f"unix:{socket_path}"], "workers": 1, "threads": 8, "timeout": 120,
+    # 32 threads: requests waiting on PVE share one reading (engine.reading) but each holds a
+    # thread; the calls that never wait on PVE must still find one.  keel-web passes a
+    # user's privileges in a header, which on a cluster with many ACLs outgrows gunicorn's
+    # 8 KiB default (the socket is root's and keel-web's only).
+    serve(load, {"bind": [f"unix:{socket_path}"], "workers": 1, "threads": 32, "timeout": 120,
+                 "limit_request_field_size": 0,
                  "graceful_timeout": 90, "umask": 0o007, "proc_name": "keel-engine",
                  "when_ready": when_ready, "worker_exit": worker_exit})
     return ExitStatus.OK

@@ -69,6 +69,8 @@ def load(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise InvalidError(f"{path}: not valid YAML: {err}") from None
+    except RecursionError:
+        raise InvalidError(f"{path}: not valid YAML: nested too deeply") from None
     return parse(data, str(path))
 
 

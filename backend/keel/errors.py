@@ -84,6 +84,14 @@ class PermissionDeniedError(AuthError):
     http_status = 403
 
 
+class NotAllowedError(KeelError):
+    """The caller of Keel's own API may not do this (PVE refusing Keel's token is a
+    PermissionDeniedError instead)."""
+
+    exit_status = ExitStatus.AUTH
+    http_status = 403
+
+
 class TaskFailedError(KeelError):
     """A PVE task ended with an error exit status."""
 

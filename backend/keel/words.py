@@ -29,6 +29,7 @@ PARK = "park"                       # a temporary stop on a third node to break 
 
 # Why a guest stays where it is (``skipped``).
 IGNORED = "ignored"                 # by config, tag or pool
+NOT_PERMITTED = "not permitted"     # the user who asked may not migrate it (VM.Migrate)
 PINNED_HERE = "pinned"              # allowed only where it is
 TEMPLATE = "template"
 RUNNER = "runner"                   # a Keel runner VM

@@ -8,7 +8,7 @@ measures.  ``best_node`` answers "where would Keel put a new guest of this size?
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -20,21 +20,23 @@ from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
 from keel.balance.planner import _figure, _triggered, plan_keel
 from keel.balance.rules import Constraints, compile_rules
 from keel.balance.settings import BalancingSettings
-from keel.model import Snapshot
+from keel.model import Guest, Snapshot
 
 GiB = 1024**3
 
 
 def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History | None = None,
               now: float | None = None, samples: Samples | None = None,
-              method: str | None = None) -> Plan:
+              method: str | None = None, may_move: Callable[[Guest], bool] | None = None) -> Plan:
+    """``may_move``: for a plan asked for by a user, whether that user may migrate the guest
+    (the others stay, skipped as not permitted)."""
     history = history or History()
     now = snapshot.taken_at if now is None else now
     method = method or settings.method
     if method != "keel":
         # Proxmox's methods judge by Proxmox's figure and know no hotspot limit.
         settings = replace(settings, imbalance="pve", hotspot=None)
-    cons = compile_rules(snapshot, settings, history, now)
+    cons = compile_rules(snapshot, settings, history, now, may_move)
     model = loads.build(snapshot, settings, cons.eligible, samples)
     before = _state(model, cons, snapshot)
     config = _summary(settings, method)

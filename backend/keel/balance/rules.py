@@ -11,6 +11,7 @@ as conflicts and the guests concerned stay put.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from keel import words
 from keel.balance.history import History
@@ -59,7 +60,7 @@ class Constraints:
 
 
 def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: History,
-                  now: float) -> Constraints:
+                  now: float, may_move: Callable[[Guest], bool] | None = None) -> Constraints:
     skipped: list[Skip] = []
     conflicts: list[str] = []
     notices: list[str] = []
@@ -83,6 +84,8 @@ def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: Hist
     for guest in snapshot.guests.values():
         reason = _why_fixed(guest, snapshot, settings, history, now, pve_rebalances,
                             guest.node in maintenance)
+        if reason is None and may_move is not None and not may_move(guest):
+            reason = words.NOT_PERMITTED, f"you may not migrate it (no VM.Migrate on /vms/{guest.vmid})"
         if reason is None:
             movable[guest.vmid] = guest
             continue

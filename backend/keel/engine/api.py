@@ -2,10 +2,21 @@
 
 Every answer is JSON in Proxmox's envelope: ``{"data": ...}``, or on error
 ``{"data": null, "message": "...", "errors": {"field": "problem"}}`` with the HTTP status
-of the error (400 bad input, 404 unknown, 409 busy or not the leader, 503 PVE
-unreachable).  Who asked comes in ``X-Keel-User`` (keel-web puts the PVE user there, the
-CLI ``cli:<user>``); the socket is root's and group ``keel``'s only, so that is trusted.
-The routes and their schemas are in ``engine.openapi`` (served at ``/api/openapi.json``).
+of the error (400 bad input, 403 not allowed, 404 unknown, 409 busy or not the leader, 503
+PVE unreachable).  The routes and their schemas are in ``engine.openapi`` (served at
+``/api/openapi.json``).
+
+Who asks is checked on every request (``engine.peer``): root on the node may do
+everything; keel-web passes on the Proxmox VE user it verified and that user's privileges,
+and each route checks them per object, as PVE would (docs/security.md, "Who can do what"):
+
+* reading needs ``Sys.Audit`` on ``/``; guests appear only where the user has ``VM.Audit``
+  (or ``VM.Migrate``) on ``/vms/<id>``, as in PVE's ``/cluster/resources``;
+* a plan, an apply and maintenance need ``VM.Migrate`` on each guest they would move: a
+  plan leaves the others where they are and says so, maintenance is refused;
+* stopping a job: who started it, or ``Sys.Modify`` on ``/``;
+* the config: ``Sys.Modify`` on ``/``, and through keel-web only the ``balancing`` and
+  ``runners`` sections, within the limits of ``engine.boundary``.
 """
 
 from __future__ import annotations
@@ -14,18 +25,24 @@ import logging
 import time
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
 
 from keel import config as cfg
-from keel.engine import openapi, runners_admin
+from keel.authz import Principal
+from keel.engine import openapi, peer, redact, runners_admin
 from keel.engine.core import Engine, NotLeaderError
-from keel.errors import AuthError, InvalidError, KeelError, NotFoundError
+from keel.errors import AuthError, InvalidError, KeelError, NotFoundError, NotAllowedError
 from keel.units import parse_size
 from keel.validate import Problems, Reader
 
 log = logging.getLogger("keel.engine")
 MAX_BODY = 1024 * 1024
 STATUS_CACHE_S = 1.0
+FIRST_READING_WAIT_S = 2.0    # status waits this long, once, for the engine's first reading
+# Answered to any peer the socket lets in: the document, and GitHub's deliveries (checked
+# by their signature, not by a user).
+OPEN_PATHS = ("/api/openapi.json", "/api/runners/webhook")
 
 
 def _status_of(err: KeelError) -> int:
@@ -33,6 +50,8 @@ def _status_of(err: KeelError) -> int:
     # which keel-web would pass on as if the user's ticket were bad.
     if isinstance(err, AuthError):
         return 502
+    if type(err) is KeelError:        # PVE failed (a 500 on a read): try again later
+        return 503
     return err.http_status
 
 
@@ -50,15 +69,47 @@ def fail(status: int, message: str, errors: dict[str, str] | None = None, **extr
 
 def body() -> Reader:
     """The JSON body as a strict Reader: unknown keys are refused by ``done()``."""
-    data = request.get_json(silent=True) if request.data else {}
+    try:
+        data = request.get_json(silent=True) if request.data else {}
+    except RecursionError:
+        raise InvalidError("the request body is nested too deeply") from None
     if data is None or not isinstance(data, dict):
         raise InvalidError("the request body must be a JSON object")
     problems = Problems("request body")
     return Reader(data, "", problems)
 
 
+def caller() -> Principal:
+    principal = g.get("principal")
+    if principal is None:                         # an OPEN_PATHS route asking: a bug
+        raise NotAllowedError("no caller")
+    return principal
+
+
 def who() -> str:
-    return request.headers.get("X-Keel-User", "").strip()[:200] or "local"
+    return caller().who()
+
+
+def require(privilege: str, path: str = "/") -> Principal:
+    principal = caller()
+    if not principal.can(privilege, path):
+        raise NotAllowedError(f"permission check failed ({path}, {privilege})")
+    return principal
+
+
+def require_somewhere(privilege: str) -> Principal:
+    """``privilege`` on some path: the route then decides per guest."""
+    principal = caller()
+    if not principal.anywhere(privilege):
+        raise NotAllowedError(f"permission check failed ({privilege} on no guest)")
+    return principal
+
+
+def number_arg(name: str, default: int, low: int, high: int) -> int:
+    text = request.args.get(name, str(default))
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise InvalidError(f"{name}: expected {low} to {high}, got {text[:20]!r}")
+    return int(text)
 
 
 def create_app(engine: Engine) -> Flask:
@@ -68,9 +119,11 @@ def create_app(engine: Engine) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
 
     @app.before_request
-    def limit() -> Response | None:
+    def identify() -> Response | None:
+        uid = peer.check_peer(request.environ)
         if (request.content_length or 0) > MAX_BODY:      # before reading a byte of it
             return fail(413, f"request body over {MAX_BODY // 1024} KiB")
+        g.principal = None if request.path in OPEN_PATHS else peer.principal(uid, request.headers)
         return None
 
     @app.errorhandler(KeelError)
@@ -78,17 +131,20 @@ def create_app(engine: Engine) -> Flask:
         extra = {"leader": err.leader} if isinstance(err, NotLeaderError) else {}
         return fail(_status_of(err), err.message, err.errors, **extra)
 
-    @app.errorhandler(404)
-    def not_found(_err: Any) -> Response:
-        return fail(404, f"no such endpoint: {request.method} {request.path}")
+    @app.errorhandler(RecursionError)
+    def too_deep(_err: RecursionError) -> Response:
+        return fail(400, "the request is nested too deeply")
 
-    @app.errorhandler(405)
-    def not_allowed(_err: Any) -> Response:
-        return fail(405, f"{request.method} is not allowed on {request.path}")
-
-    @app.errorhandler(413)
-    def too_large(_err: Any) -> Response:
-        return fail(413, f"request body over {MAX_BODY // 1024} KiB")
+    @app.errorhandler(HTTPException)
+    def http_error(err: HTTPException) -> Response:
+        status = err.code or 400
+        if status == 404:
+            return fail(404, f"no such endpoint: {request.method} {request.path}")
+        if status == 405:
+            return fail(405, f"{request.method} is not allowed on {request.path}")
+        if status == 413:
+            return fail(413, f"request body over {MAX_BODY // 1024} KiB")
+        return fail(status, err.description or err.name)
 
     @app.errorhandler(Exception)
     def internal(err: Exception) -> Response:
@@ -101,77 +157,101 @@ def create_app(engine: Engine) -> Flask:
 
     cache: dict[str, Any] = {}
 
+    def visible(principal: Principal) -> Any:
+        """Whether the caller may see a guest: VM.Audit or VM.Migrate on ``/vms/<id>``."""
+        if principal.is_root:
+            return lambda vmid: True
+        snap = engine.snapshot()
+        audit = engine.may(principal, "VM.Audit", snap)
+        migrate = engine.may(principal, "VM.Migrate", snap)
+        return lambda vmid: vmid is None or audit(vmid) or migrate(vmid)
+
     @app.get("/api/status")
     def status() -> Response:
         # Every open UI panel polls this every 3 s: one answer serves all for a second.
+        # It never waits on PVE (status_data); the job in it is shown per caller.
+        principal = require("Sys.Audit")
         now = time.monotonic()
         if cache.get("at") is None or now - cache["at"] > STATUS_CACHE_S:
-            cache["body"], cache["at"] = ok(status_data(engine)).get_data(), now
-        return Response(cache["body"], mimetype="application/json")
+            cache["data"], cache["at"] = status_data(engine), now
+        data = cache["data"]
+        if data["job"] is not None and not principal.is_root:
+            data = {**data, "job": redact.job(data["job"], visible(principal))}
+        return ok(data)
 
     @app.get("/api/plan")
     def plan() -> Response:
+        principal = require("Sys.Audit")
+        require_somewhere("VM.Migrate")
         method = request.args.get("method")
         if method not in (None, "keel", "bruteforce", "topsis"):
             raise InvalidError(f"method: expected keel, bruteforce or topsis, got {method!r}")
-        return ok(engine.plan(method).to_json())
+        return ok(redact.plan(engine.plan(method, principal).to_json(), visible(principal)))
 
     @app.post("/api/apply")
     def apply() -> Response:
+        principal = require("Sys.Audit")
+        require_somewhere("VM.Migrate")
         r = body()
         method = r.choice("method", ("keel", "bruteforce", "topsis"), None)
         r.done()
         r.problems.raise_if_any()
-        job = engine.apply(who(), method)
-        return ok(job.to_json(), 202)
+        job = engine.apply(principal.who(), method, principal)
+        return ok(redact.job(job.to_json(), visible(principal)), 202)
 
     @app.get("/api/jobs")
     def jobs() -> Response:
-        return ok([j.to_json(since=len(j.events)) for j in engine.jobs.recent()])
+        principal = require("Sys.Audit")
+        see = visible(principal)
+        return ok([redact.job(j.to_json(since=len(j.events)), see) for j in engine.jobs.recent()])
 
     @app.get("/api/jobs/<job_id>")
     def job(job_id: str) -> Response:
+        principal = require("Sys.Audit")
         found = engine.jobs.get(job_id)
         if found is None:
             raise NotFoundError(f"no job {job_id!r} (jobs are kept until newer ones replace them)")
-        since = request.args.get("since", "0")
-        if not since.isdigit():
-            raise InvalidError(f"since: expected an event index, got {since!r}")
-        return ok(found.to_json(int(since)))
+        since = number_arg("since", 0, 0, 10**9)
+        return ok(redact.job(found.to_json(since), visible(principal)))
 
     @app.delete("/api/jobs/<job_id>")
     def cancel(job_id: str) -> Response:
+        principal = caller()
         found = engine.jobs.get(job_id)
         if found is None:
             raise NotFoundError(f"no job {job_id!r}")
-        found.cancel(who())
-        return ok(found.to_json(len(found.events)))
+        engine.cancel(found, principal)        # never waits on PVE
+        return ok(redact.job(found.to_json(len(found.events)), visible(principal)))
 
     @app.get("/api/maintenance")
     def maintenance_list() -> Response:
+        require("Sys.Audit")
         return ok(engine.store.maintenance_nodes())
 
     @app.post("/api/maintenance/<node>")
     def maintenance(node: str) -> Response:
+        principal = require("Sys.Audit")
+        require_somewhere("VM.Migrate")
         r = body()
         action = r.choice("action", ("enter", "leave"))
         evacuate = r.get("evacuate", bool, True)
         r.done()
         r.problems.raise_if_any()
-        job = engine.maintenance(node, action == "enter", who(), evacuate)
+        job = engine.maintenance(node, action == "enter", principal.who(), evacuate, principal)
         return ok({"node": node, "maintenance": action == "enter",
-                   "job": job.to_json() if job is not None else None}, 202 if job else 200)
+                   "job": redact.job(job.to_json(), visible(principal)) if job is not None else None},
+                  202 if job else 200)
 
     @app.get("/api/history")
     def history() -> Response:
-        limit = request.args.get("limit", "50")
-        if not limit.isdigit() or not 0 < int(limit) <= 1000:
-            raise InvalidError(f"limit: expected 1 to 1000, got {limit!r}")
-        return ok({"moves": engine.store.moves(limit=int(limit)),
-                   "decisions": engine.store.decisions(limit=int(limit))})
+        principal = require("Sys.Audit")
+        limit = number_arg("limit", 50, 1, 1000)
+        return ok({"moves": redact.moves(engine.store.moves(limit=limit), visible(principal)),
+                   "decisions": engine.store.decisions(limit=limit)})
 
     @app.get("/api/best-node")
     def best() -> Response:
+        require("Sys.Audit")
         try:
             cores = float(request.args.get("cores", ""))
         except ValueError:
@@ -187,6 +267,7 @@ def create_app(engine: Engine) -> Flask:
 
     @app.get("/api/config")
     def config_get() -> Response:
+        require("Sys.Audit")
         try:
             text = engine.config_path.read_text()
         except OSError as err:
@@ -198,6 +279,7 @@ def create_app(engine: Engine) -> Flask:
 
     @app.post("/api/config/validate")
     def config_validate() -> Response:
+        require("Sys.Modify")
         text = _config_text(engine)
         try:
             engine.validate_config(text)
@@ -207,12 +289,14 @@ def create_app(engine: Engine) -> Flask:
 
     @app.put("/api/config")
     def config_put() -> Response:
+        require("Sys.Modify")
         text = _config_text(engine)
         engine.put_config(text, who())
         return ok({"path": str(engine.config_path), "written": True})
 
     @app.get("/api/pve/crs")
     def crs() -> Response:
+        require("Sys.Audit")
         snap = engine.snapshot()
         c = snap.crs
         return ok({"ha": c.ha, "rebalance_on_start": c.rebalance_on_start, "auto_rebalance": c.auto_rebalance,
@@ -222,9 +306,11 @@ def create_app(engine: Engine) -> Flask:
 
     @app.get("/api/runners")
     def runners() -> Response:
+        require("Sys.Audit")
         return ok(engine.runners_status())
 
     def _runners_part(key: str) -> Response:
+        require("Sys.Audit")
         status = engine.runners_status()
         return ok(status.get(key, []))
 
@@ -242,38 +328,42 @@ def create_app(engine: Engine) -> Flask:
 
     @app.get("/api/runners/waits")
     def runner_waits() -> Response:
-        limit = request.args.get("limit", "100")
-        if not limit.isdigit() or not 0 < int(limit) <= runners_admin.WAIT_JOBS_MAX:
-            raise InvalidError(f"limit: expected 1 to {runners_admin.WAIT_JOBS_MAX}, got {limit!r}")
-        return ok(runners_admin.waits(engine, int(limit)))
+        require("Sys.Audit")
+        limit = number_arg("limit", 100, 1, runners_admin.WAIT_JOBS_MAX)
+        return ok(runners_admin.waits(engine, limit))
 
     @app.get("/api/runners/settings")
     def runner_settings_get() -> Response:
+        require("Sys.Audit")
         return ok(runners_admin.settings_view(engine))
 
     @app.put("/api/runners/settings")
     def runner_settings_put() -> Response:
+        principal = require("Sys.Modify")
         settings, given, based_on = _runner_change()
-        return ok(runners_admin.change(engine, settings, given, who(), based_on=based_on))
+        return ok(runners_admin.change(engine, settings, given, principal, based_on=based_on))
 
     @app.post("/api/runners/settings/validate")
     def runner_settings_validate() -> Response:
+        principal = require("Sys.Modify")
         settings, given, based_on = _runner_change()
         try:
-            return ok(runners_admin.change(engine, settings, given, who(), write=False, based_on=based_on))
+            return ok(runners_admin.change(engine, settings, given, principal, write=False, based_on=based_on))
         except InvalidError as err:
             return ok({"valid": False, "written": False, "message": err.message, "errors": err.errors})
 
     @app.put("/api/runners/secrets/<secret_id>")
     def runner_secret_put(secret_id: str) -> Response:
+        principal = require("Sys.Modify")
         r = body()
         value = r.get("value", str)
         r.done()
         r.problems.raise_if_any()
-        return ok(runners_admin.change(engine, None, {secret_id: value}, who()))
+        return ok(runners_admin.change(engine, None, {secret_id: value}, principal))
 
     @app.post("/api/runners/test")
     def runner_test() -> Response:
+        require("Sys.Modify")
         r = body()
         r.done()
         r.problems.raise_if_any()
@@ -292,6 +382,7 @@ def create_app(engine: Engine) -> Flask:
 
     @app.get("/api/metrics")
     def metrics() -> Response:
+        require("Sys.Audit")
         return Response(openapi.metrics_text(engine), mimetype="text/plain; version=0.0.4")
 
     return app
@@ -309,8 +400,8 @@ def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any], str | None]
 
 
 def _config_text(engine: Engine) -> str:
-    """The whole file (``text``), or the file as it is with its ``balancing`` section
-    replaced by a mapping (``balancing``: what the web UI's settings window sends)."""
+    """The whole file (``text``, root only), or the file as it is with its ``balancing``
+    section replaced by a mapping (``balancing``: what the web UI's settings window sends)."""
     r = body()
     text = r.get("text", str, None)
     section = r.get("balancing", dict, None)
@@ -318,6 +409,10 @@ def _config_text(engine: Engine) -> str:
     r.problems.raise_if_any()
     if (text is None) == (section is None):
         raise InvalidError("expected text (the whole config file) or balancing (that section alone)")
+    if text is not None and not caller().is_root:
+        raise NotAllowedError("through keel-web only the balancing and runners sections change; the "
+                                    "rest of the config (proxmox, engine, web) is root's: edit "
+                                    f"{engine.config_path} on a node")
     if section is not None:
         text = cfg.replace_section(engine.config_path.read_text(), "balancing", section)
     if len(text) > MAX_BODY:
@@ -329,21 +424,31 @@ def _raw_section(text: str, key: str) -> Any:
     import yaml
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
     return data.get(key) if isinstance(data, dict) else None
 
 
 def status_data(engine: Engine) -> dict[str, Any]:
+    """The engine's own state and the cluster as last read: never waits on PVE (a reading
+    older than ``engine.status_interval`` is renewed in the background)."""
     from keel.status_view import summary
     cluster: Any = None
     error = None
-    try:
-        snap = engine.snapshot()
+    every = engine.config.engine.status_interval_s
+    snap, age = engine.reading.latest()
+    if age is None or age > every:
+        engine.reading.refresh(every)
+        if snap is None:                  # the first reading since start: worth a short wait
+            snap, age = engine.reading.latest(first_wait_s=FIRST_READING_WAIT_S)
+    if snap is not None:
         cluster = summary(snap)
         cluster.pop("guests", None)
-    except KeelError as err:
-        error = str(err)
+        cluster["age_s"] = round(age or 0.0, 1)
+    if engine.reading.error is not None:
+        error = str(engine.reading.error)
+    elif snap is None:
+        error = "reading the cluster from Proxmox VE"
     running = engine.jobs.running()
     return {
         "node": engine.node, "leader": engine.leader, "leader_node": engine.leader_node(),

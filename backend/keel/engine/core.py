@@ -21,16 +21,19 @@ import os
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from keel import config as cfg
+from keel import authz, config as cfg
+from keel.authz import Principal
 from keel.balance.balancer import best_node, make_plan
 from keel.balance.plan import Plan
 from keel.balance.rounds import Rounds
 from keel.engine.jobs import Job, Jobs
 from keel.engine.lease import Lease
-from keel.errors import BusyError, InvalidError, KeelError
+from keel.engine.reading import SharedReading
+from keel.errors import BusyError, InvalidError, KeelError, NotAllowedError, UnavailableError
 from keel.pve import snapshot as snapshots
 from keel.pve.client import PveClient
 from keel.files import atomic_write
@@ -40,6 +43,8 @@ log = logging.getLogger("keel.engine")
 EXECUTE_WAIT_S = 20.0     # an apply waits this long for a balancing round to finish
 RUNNERS_SHARE_S = 30.0    # the leader shares the runners' status this often (shared_dir)
 RUNNERS_SHARED_MAX_AGE_S = 600.0   # a follower shows a shared status at most this old
+FRESH_S = 2.0             # a plan may use a reading that started this long before it was asked for
+ACL_MAX_AGE_S = 60.0      # the ACL paths, as keel-web's privilege cache
 
 
 class NotLeaderError(BusyError):
@@ -61,7 +66,9 @@ class Engine:
         self.config = cfg.load(self.config_path)          # the first must be good
         self.config_error: str | None = None
         self._config_stamp = self._stamp()
-        es = self.config.engine
+        # The engine's paths (socket, store, lock, secrets) are the ones it started with:
+        # a reload never adopts another ``engine:`` section (reload_if_changed).
+        es = self.engine_settings = self.config.engine
         self.node = es.node_name
         self.lease = Lease(es.lock, es.lock_expiry_s, self.node, clock=clock)
         self.store = Store(es.store, shared_dir=es.shared_dir)
@@ -75,8 +82,8 @@ class Engine:
         self._execute = threading.Lock()          # one execution (job or round) at a time
         self._lost = threading.Event()            # set when leadership is lost
         self._threads: list[threading.Thread] = []
-        self._status_cache: tuple[float, Any] | None = None
-        self._status_lock = threading.Lock()
+        self.reading = SharedReading(self._read_cluster, "cluster")
+        self.acl = SharedReading(self._read_acl_paths, "acl")
         self.runners: Any = None
         self.runners_error: str | None = None
         self._runners_lock = threading.Lock()      # one start, stop or restart at a time
@@ -91,6 +98,7 @@ class Engine:
             thread = threading.Thread(target=target, name=f"keel-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self.reading.refresh(0)                   # the first reading, for status
         log.info("engine started on %s (config %s)", self.node, self.config_path)
 
     def stop(self) -> None:
@@ -144,8 +152,9 @@ class Engine:
             self._error("config", str(err))
             log.error("config %s refused, the last good one keeps running: %s", self.config_path, err)
             return False
-        if config.engine != self.config.engine:
+        if config.engine != self.engine_settings:
             log.warning("config: engine paths changed; they take effect when keel-engine restarts")
+            config = replace(config, engine=self.engine_settings)
         proxmox_changed = config.proxmox != self.config.proxmox
         runners_changed = config.runners != self.config.runners
         self.config = config
@@ -168,12 +177,16 @@ class Engine:
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise InvalidError(f"not valid YAML: {err}") from None
+        except RecursionError:
+            raise InvalidError("not valid YAML: nested too deeply") from None
         return cfg.parse(data, "config")
 
     def put_config(self, text: str, requested_by: str) -> cfg.Config:
         config = self.validate_config(text)
         atomic_write(self.config_path, text if text.endswith("\n") else text + "\n")
         log.info("config %s written by %s", self.config_path, requested_by)
+        if config.engine != self.engine_settings:
+            log.warning("config: engine paths changed; they take effect when keel-engine restarts")
         self.reload_if_changed()
         return config
 
@@ -233,7 +246,8 @@ class Engine:
                             clock=self.clock, poll_s=self.poll_s, cancel=self._lost)
             result = rounds.round(apply=settings.enable and self.leader)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
-            self._cache(result.snapshot)
+            if result.snapshot is not None:
+                self.reading.put(result.snapshot)
             return self.last_round
         finally:
             lock.release()
@@ -348,27 +362,50 @@ class Engine:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _cache(self, snap: Any) -> None:
-        if snap is not None:
-            with self._status_lock:
-                self._status_cache = (self.clock(), snap)
+    def _read_cluster(self) -> Any:
+        return snapshots.collect(self.client, psi=self.config.balancing.mode == "psi", now=self.clock())
 
     def snapshot(self, max_age_s: float | None = None) -> Any:
+        """The cluster as read at most ``max_age_s`` ago (default: ``engine.status_interval``),
+        one fetch shared by everyone asking at once."""
         max_age = self.config.engine.status_interval_s if max_age_s is None else max_age_s
-        with self._status_lock:
-            cached = self._status_cache
-        if cached is not None and self.clock() - cached[0] <= max_age:
-            return cached[1]
-        snap = snapshots.collect(self.client, psi=self.config.balancing.mode == "psi", now=self.clock())
-        self._cache(snap)
-        return snap
+        return self.reading.get(max_age)
 
-    def plan(self, method: str | None = None) -> Plan:
+    def _read_acl_paths(self) -> frozenset[str]:
+        """Every path with an ACL entry (``GET /access/acl``, Sys.Audit on /access): where PVE
+        may have given a caller something other than what it inherits (``keel.authz``)."""
+        return frozenset(authz.normalise(str(e.get("path", "/"))) for e in self.client.get("/access/acl") or ())
+
+    def considered(self, snap: Any) -> frozenset[str]:
+        """The paths PVE looked at for a caller's privileges besides the top levels: ACL paths
+        and pool members.  Without the ACL list nothing can be judged per guest: refused."""
+        try:
+            paths = self.acl.get(ACL_MAX_AGE_S)
+        except KeelError as err:
+            raise UnavailableError(f"cannot read the cluster's ACLs to check privileges per guest ({err}); "
+                                   f"Keel's token needs Sys.Audit on /access") from None
+        return paths | {f"/vms/{g.vmid}" for g in snap.guests.values() if g.pool}
+
+    def may(self, principal: Principal | None, privilege: str, snap: Any) -> Callable[[int], bool]:
+        """Whether ``principal`` has ``privilege`` on ``/vms/<vmid>``, for each guest of ``snap``."""
+        if principal is None or principal.is_root:
+            return lambda vmid: True
+        considered = self.considered(snap)
+        return lambda vmid: principal.can(privilege, f"/vms/{vmid}", considered)
+
+    def plan(self, method: str | None = None, principal: Principal | None = None) -> Plan:
         now = self.clock()
         settings = self.config.balancing
-        snap = self.snapshot(max_age_s=0)
+        snap = self.snapshot(max_age_s=FRESH_S)
         samples = self.store.samples(now - settings.window_s) or None
-        return make_plan(snap, settings, self.store.history(now), now, samples, method=method)
+        return make_plan(snap, settings, self.store.history(now), now, samples, method=method,
+                         may_move=self._movable(principal, snap))
+
+    def _movable(self, principal: Principal | None, snap: Any) -> Callable[[Any], bool] | None:
+        if principal is None or principal.is_root:
+            return None
+        may = self.may(principal, "VM.Migrate", snap)
+        return lambda guest: may(guest.vmid)
 
     def best_node(self, cores: float, memory: int) -> list[Any]:
         return best_node(self.snapshot(), self.config.balancing, cores, memory,
@@ -376,23 +413,25 @@ class Engine:
 
     # -- acting (leader only) ---------------------------------------------------------------
 
-    def apply(self, requested_by: str, method: str | None = None) -> Job:
+    def apply(self, requested_by: str, method: str | None = None, principal: Principal | None = None) -> Job:
         self.require_leader()
         if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
             raise BusyError("a plan is being carried out already; wait for it or cancel it")
         try:
-            plan = self.plan(method)
+            plan = self.plan(method, principal)
         except BaseException:
             self._execute.release()
             raise
         return self.jobs.start("apply", requested_by, plan, self._run_plan, self._execute.release)
 
-    def maintenance(self, node: str, enter: bool, requested_by: str, evacuate: bool = True) -> Job | None:
+    def maintenance(self, node: str, enter: bool, requested_by: str, evacuate: bool = True,
+                    principal: Principal | None = None) -> Job | None:
         self.require_leader()
-        snap = self.snapshot(max_age_s=0)
+        snap = self.snapshot(max_age_s=FRESH_S)
         if node not in snap.nodes:
             from keel.errors import NotFoundError
             raise NotFoundError(f"no node {node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
+        self._may_empty(principal, node, snap)
         if not enter:
             self.store.maintenance_leave(node)
             log.info("%s leaves maintenance (asked by %s)", node, requested_by)
@@ -405,13 +444,32 @@ class Engine:
         if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
             raise BusyError(f"{node} is in maintenance; a plan is being carried out already, the node "
                             f"is emptied after it")
-        from dataclasses import replace
         settings = self.config.balancing
         evacuation = replace(settings, limits=replace(settings.limits, moves=0))
         plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock())
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
         plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
         return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+
+    def _may_empty(self, principal: Principal | None, node: str, snap: Any) -> None:
+        """Maintenance moves every guest off the node (now, and in every round after): it
+        needs VM.Migrate on each of them, as migrating them one by one in PVE would."""
+        may = self.may(principal, "VM.Migrate", snap)
+        denied = sorted(g.vmid for g in snap.guests.values() if g.node == node and not g.template
+                        and not may(g.vmid))
+        if denied:
+            paths = ", ".join(f"/vms/{v}" for v in denied[:10]) + (f" and {len(denied) - 10} more"
+                                                                      if len(denied) > 10 else "")
+            raise NotAllowedError(f"permission check failed: maintenance on {node} moves every guest "
+                                        f"off it, and VM.Migrate is missing on {paths}")
+
+    def cancel(self, job: Job, principal: Principal) -> None:
+        """Who started a job may stop it, and whoever may change the cluster's settings (as
+        PVE lets a task's owner or Sys.Modify on the node stop a task)."""
+        if not (principal.is_root or job.requested_by == principal.who() or principal.can("Sys.Modify", "/")):
+            raise NotAllowedError(f"permission check failed: job {job.id} was started by "
+                                        f"{job.requested_by}; stopping it needs Sys.Modify on /")
+        job.cancel(principal.who())
 
     def _run_plan(self, job: Job) -> None:
         from keel.balance.executor import Executor

@@ -19,6 +19,7 @@ ERROR = {"description": "error", "content": {"application/json": {"schema": {"$r
 
 def _op(summary: str, ok_status: str = "200", body: str | None = None, params: list[dict] | None = None,
         text: bool = False, errors: tuple[str, ...] = ("400", "409", "503")) -> dict[str, Any]:
+    errors = ("403",) + errors          # every route checks who asks (engine.peer, engine.api)
     content = ({"text/plain": {"schema": {"type": "string"}}} if text
                else {"application/json": {"schema": _envelope()}})
     op: dict[str, Any] = {"summary": summary, "responses": {ok_status: {"description": "ok", "content": content}}}
@@ -41,8 +42,11 @@ METHOD = {"type": "string", "enum": ["keel", "bruteforce", "topsis"]}
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "Keel local API", "version": __version__,
-             "description": "keel-engine's API on its Unix socket; keel-web forwards to it after "
-                            "checking the caller's Proxmox VE ticket. Answers use Proxmox's envelope: "
+             "description": "keel-engine's API on its Unix socket, for root and keel-web only (checked "
+                            "with SO_PEERCRED). keel-web forwards to it after checking the caller's "
+                            "Proxmox VE ticket, with the user in X-Keel-User and their privileges in "
+                            "X-Keel-Privileges; the engine then checks each route per object "
+                            "(docs/security.md). Answers use Proxmox's envelope: "
                             "{\"data\": ...}, or {\"data\": null, \"message\", \"errors\"} on error."},
     "paths": {
         "/api/status": {"get": _op("Leader, last round, errors, the cluster's load and imbalance")},
@@ -160,9 +164,8 @@ def metrics_text(engine: Any) -> str:
                   "# HELP keel_imbalance Keel's imbalance figure at the last round.",
                   "# TYPE keel_imbalance gauge",
                   f"keel_imbalance {last['imbalance']:.6f}"]
-    cached = engine._status_cache
-    if cached is not None:
-        snap = cached[1]
+    snap, _age = engine.reading.latest()
+    if snap is not None:
         lines += ["# HELP keel_node_usage Node usage as a fraction of capacity.",
                   "# TYPE keel_node_usage gauge"]
         for node in snap.nodes.values():

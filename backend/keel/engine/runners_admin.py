@@ -6,9 +6,11 @@ The ``runners:`` section is replaced in the config file in place: the other sect
 their comments, stay as they were written (comments inside ``runners:`` are not kept).
 Every change is validated as a whole config first, with each problem keyed by its path
 (``runners.scale_sets[1].max_runners``); secrets are checked too (keyed
-``runners.github.app_private_key`` and so on, ``keel.runners.secrets``), written to the
-secrets directory (``engine.secrets_dir``) with mode 0600, and only then is the config
-written.  No answer ever holds a secret: only whether each is set.
+``runners.github.app_private_key`` and so on, ``keel.runners.secrets``), written under
+their fixed names into the secrets directory the engine started with
+(``engine.secrets_dir``) with mode 0600, and only then is the config written.  A change
+through keel-web is held to ``engine.boundary`` (no paths, URLs or TLS switches of its
+choosing).  No answer ever holds a secret: only whether each is set.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from keel import config as cfg
-from keel.errors import BusyError, InvalidError
+from keel.authz import Principal
+from keel.engine import boundary
+from keel.errors import BusyError, InvalidError, KeelError
 from keel.runners import check as checks, secrets
 from keel.files import atomic_write
 
@@ -55,6 +59,8 @@ def _load(text: str) -> dict[str, Any]:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as err:
         raise InvalidError(f"the config file is not valid YAML: {err}") from None
+    except RecursionError:
+        raise InvalidError("the config file is not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -108,7 +114,7 @@ def settings_view(engine: "Engine") -> dict[str, Any]:
     text = _read_config(engine)
     runners = _section(text)
     return {"settings": _plain(runners), "secrets": secrets.state(runners), "stamp": stamp(text),
-            "secrets_dir": engine.config.engine.secrets_dir, "path": str(engine.config_path),
+            "secrets_dir": engine.engine_settings.secrets_dir, "path": str(engine.config_path),
             "config_error": engine.config_error,
             "in_force": engine.config.runners.configured}
 
@@ -118,7 +124,7 @@ def stamp(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, Any], who: str,
+def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, Any], principal: Principal,
            write: bool = True, based_on: str | None = None) -> dict[str, Any]:
     """Validate (and with ``write``, carry out) new runner settings and secrets.
 
@@ -134,33 +140,53 @@ def change(engine: "Engine", settings: dict[str, Any] | None, given: dict[str, A
     runners = copy.deepcopy(settings) if settings is not None else _section(text)
     errors: dict[str, str] = {}
     planned: list[tuple[Path, str, str]] = []
-    directory = Path(engine.config.engine.secrets_dir)
+    directory = Path(engine.engine_settings.secrets_dir)
     for secret_id, value in given.items():
         try:
             found = secrets.slot(runners, secret_id)
             content = secrets.check(found, value)
-            path = secrets.path_of(runners, found)
-            if path is None:
-                where = secrets.mapping(runners, found.section, create=True)
-                if where is None:
-                    raise InvalidError(f"{found.field}: its provider is not in the settings",
-                                       errors={found.field: "its provider is not in the settings"})
-                path = where[found.key] = str(directory / found.default_name)
+            where = secrets.mapping(runners, found.section, create=True)
+            if where is None:
+                raise InvalidError(f"{found.field}: its provider is not in the settings",
+                                   errors={found.field: "its provider is not in the settings"})
+            # Always the fixed name in the directory the engine started with, whatever the
+            # settings named: Keel writes secrets only to files it made.
+            path = where[found.key] = str(directory / found.default_name)
             planned.append((secrets.inside(directory, path, found.field), content, found.id))
         except InvalidError as err:
             errors.update(err.errors or {f"runners.{secret_id}": err.message})
     new_text = replace_section(text, SECTION, runners if runners else None)
     try:
-        engine.validate_config(new_text)
+        new_config = engine.validate_config(new_text)
     except InvalidError as err:
         errors.update(err.errors or {SECTION: err.message})
+    else:
+        if not principal.is_root:
+            errors.update(boundary.problems(_in_force(engine, text), new_config.runners, given, directory,
+                                            principal, _considered(engine)))
     if errors:
         raise InvalidError(f"{len(errors)} problem(s): " + "; ".join(f"{k}: {v}" for k, v in errors.items()),
                            errors=errors)
     if not write:
         return {"valid": True, "written": False, "secrets": [s for _, _, s in planned]}
     with _WRITING:
-        return _write(engine, text, new_text, planned, runners, who)
+        return _write(engine, text, new_text, planned, runners, principal.who())
+
+
+def _in_force(engine: "Engine", text: str) -> Any:
+    """The runners' settings a change is judged against: the file's, or if it does not load,
+    the last good ones."""
+    try:
+        return engine.validate_config(text).runners
+    except InvalidError:
+        return engine.config.runners
+
+
+def _considered(engine: "Engine") -> frozenset[str]:
+    try:
+        return engine.considered(engine.snapshot())
+    except KeelError:
+        return frozenset({"/"})   # unknown: nothing is inherited below the top levels
 
 
 def _write(engine: "Engine", text: str, new_text: str, planned: list[tuple[Path, str, str]],

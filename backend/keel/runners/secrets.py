@@ -28,6 +28,9 @@ MAX_SECRET_BYTES = 16 * 1024
 TOKEN_RE = re.compile(r"^(?:gh[pousr]_[A-Za-z0-9]{30,251}|github_pat_[A-Za-z0-9_]{22,251}|[0-9a-f]{40})$")
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 PROVIDER_ID = re.compile(r"^providers\.([A-Za-z0-9-]{1,54})\.token_secret$")
+# The file each secret is written to, in the secrets directory (a provider's: pve-<name>-token).
+DEFAULT_NAMES = {"github.app_private_key": "github-app.pem", "github.token": "github-token",
+                 "webhook.secret": "github-webhook-secret"}
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,14 @@ class SecretSlot:
 def slots(runners: dict[str, Any]) -> list[SecretSlot]:
     """Every secret the runners section can name, given its providers (another cluster's
     token secret for each provider with a ``url`` or already naming one)."""
-    out = [SecretSlot("github.app_private_key", ("github",), "app_private_key_path", "github-app.pem",
-                      "runners.github.app_private_key"),
-           SecretSlot("github.token", ("github",), "token_path", "github-token", "runners.github.token"),
-           SecretSlot("webhook.secret", ("webhook",), "secret_path", "github-webhook-secret",
+    out = [SecretSlot("github.app_private_key", ("github",), "app_private_key_path",
+                      DEFAULT_NAMES["github.app_private_key"], "runners.github.app_private_key"),
+           SecretSlot("github.token", ("github",), "token_path", DEFAULT_NAMES["github.token"],
+                      "runners.github.token"),
+           SecretSlot("webhook.secret", ("webhook",), "secret_path", DEFAULT_NAMES["webhook.secret"],
                       "runners.webhook.secret")]
-    for index, provider in enumerate(runners.get("providers") or []):
+    providers = runners.get("providers")
+    for index, provider in enumerate(providers if isinstance(providers, list) else []):
         if isinstance(provider, dict) and isinstance(provider.get("name"), str) and \
                 re.fullmatch(r"[A-Za-z0-9-]{1,54}", provider["name"]):
             name = provider["name"]
@@ -98,7 +103,12 @@ def check(found: SecretSlot, value: Any) -> str:
     field = found.field
     if not isinstance(value, str) or not value.strip():
         raise InvalidError(f"{field}: expected the secret as text", errors={field: "expected the secret as text"})
-    if len(value.encode()) > MAX_SECRET_BYTES:
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        message = "not valid text (it holds a character UTF-8 cannot encode)"
+        raise InvalidError(f"{field}: {message}", errors={field: message}) from None
+    if size > MAX_SECRET_BYTES:
         message = f"too long: at most {MAX_SECRET_BYTES // 1024} KiB"
         raise InvalidError(f"{field}: {message}", errors={field: message})
     text = value.strip()

@@ -163,7 +163,8 @@ def _secret_path(r: Reader, key: str) -> str | None:
 def _provider_blocks(r: Reader) -> dict[str, dict[str, Any]]:
     """Each provider's own runner block, by provider name, as written."""
     blocks = {}
-    for item in r.data.get("providers") or []:
+    providers = r.data.get("providers")
+    for item in providers if isinstance(providers, list) else []:
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             block = item.get("runner")
             blocks[item["name"]] = block if isinstance(block, dict) else {}
