@@ -39,7 +39,8 @@ def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = No
                    "shared_dir": str(shared or tmp / "shared"), "node": node, "status_interval": "1s",
                    "secrets_dir": str(tmp / "secrets"), **(engine or {})},
         "web": {"listen": f"127.0.0.1:{web_port or free_port()}", "cert": str(cert_dir / "sim.crt"),
-                "key": str(cert_dir / "sim.key"), "metrics": "auth"},
+                "key": str(cert_dir / "sim.key"), "metrics": "auth",
+                "www_key": str(cert_dir / "pve-www.key")},
     }
     path = tmp / "keel.yaml"
     path.write_text(yaml.safe_dump(config))
