@@ -34,7 +34,7 @@ def test_slow_clients_do_not_keep_status_from_an_authenticated_client(web_stack)
     sim, url = web_stack
     held = []
     try:
-        # slow headers: 40 from one address (8 over its cap), sending a header line now and then
+        # slow headers: 8 more from one address than its cap, sending a header line now and then
         slow_headers, refused = [], 0
         for _ in range(limits.CONNECTIONS_PER_ADDRESS + 8):
             try:
