@@ -31,7 +31,7 @@ test: $(STAMP) $(EXTJS) ui
 # collector closes a kept-alive socket; that warning is not a failure there.
 test-debian:
 	PYTHONPATH=$(CURDIR)/backend /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-	    -W "ignore::pytest.PytestUnraisableExceptionWarning" tests/unit tests/integration
+	    -W "ignore::pytest.PytestUnraisableExceptionWarning" tests/unit tests/integration tests/security
 
 # Every part runs even if one misses a target; any miss fails the target.
 bench: $(STAMP)
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/run.py || status=1; \
 	$(PY) tests/bench/planner.py || status=1; \
 	$(PY) tests/bench/web.py || status=1; \
+	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
 

@@ -279,10 +279,15 @@ class RunnersStack:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def ticket(self, user: str = "root@pam", password: str = "keel-demo") -> str:
+    def login(self, user: str = "root@pam", password: str = "keel-demo") -> tuple[str, str]:
+        """(ticket, CSRF token), as PVE's login window gets them."""
         answer = requests.post(f"{self.sim.url}/api2/json/access/ticket",
                                data={"username": user, "password": password}, verify=self.sim.cert, timeout=10)
-        return answer.json()["data"]["ticket"]
+        data = answer.json()["data"]
+        return data["ticket"], data["CSRFPreventionToken"]
+
+    def ticket(self, user: str = "root@pam", password: str = "keel-demo") -> str:
+        return self.login(user, password)[0]
 
 
 def runners_scenario() -> dict[str, Any]:

@@ -39,7 +39,8 @@ def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = No
                    "shared_dir": str(shared or tmp / "shared"), "node": node, "status_interval": "1s",
                    "secrets_dir": str(tmp / "secrets"), **(engine or {})},
         "web": {"listen": f"127.0.0.1:{web_port or free_port()}", "cert": str(cert_dir / "sim.crt"),
-                "key": str(cert_dir / "sim.key"), "metrics": "auth"},
+                "key": str(cert_dir / "sim.key"), "metrics": "auth",
+                "www_key": str(cert_dir / "pve-www.key")},
     }
     path = tmp / "keel.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -105,6 +106,34 @@ def start_web(config: Path, args: tuple[str, ...] = ()) -> tuple[Service, str]:
                 service.stop("KILL")
                 raise AssertionError(f"keel web did not start:\n{service.log_text()}") from None
             time.sleep(0.1)
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        import json
+        return json.loads(self.body)
+
+
+def request_from(source: str, url: str, cert: str, method: str, path: str, headers: dict[str, str] | None = None,
+                 body: bytes | None = None, timeout: float = 30) -> Answer:
+    """One HTTPS request to keel-web from the loopback address ``source`` (127.0.0.2, ...):
+    keel-web counts its limits per client address."""
+    import http.client
+    import ssl
+    host, port = url.removeprefix("https://").rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), timeout=timeout, source_address=(source, 0),
+                                       context=ssl.create_default_context(cafile=cert))
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    finally:
+        conn.close()
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, step: float = 0.2) -> Any:

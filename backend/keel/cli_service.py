@@ -111,11 +111,17 @@ def cmd_web(args: argparse.Namespace, env: Any) -> int:
 
     def load() -> Any:
         from keel.web.app import create_app
-        return create_app(cfg.load(path), harness)
+        from keel.web.worker import pools
+        pve_calls, engine_calls = pools()
+        return create_app(cfg.load(path), harness, pve_calls, engine_calls)
 
-    # One worker process: the auth cache and the count of refused credentials are its own.
-    serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 1, "threads": 32,
-                 "timeout": 60, "keepalive": 75,        # the panel polls every 3 s: keep its connection
+    # One worker process (the auth cache and the count of refused credentials are its
+    # own), gevent's: a slow client holds a greenlet, not a thread (keel.web.worker says
+    # which deadlines and limits apply; docs/service.md why).
+    from keel.web import limits
+    serve(load, {"bind": [f"{config.web.host}:{config.web.port}"], "workers": 1,
+                 "worker_class": "keel.web.worker.GatewayWorker", "worker_connections": limits.CONNECTIONS,
+                 "keepalive": int(limits.HEADERS_S), "timeout": 60, "graceful_timeout": 15,
                  "certfile": cert, "keyfile": key, "proc_name": "keel-web",
                  "post_worker_init": _watch_cert(cert, key)})
     return ExitStatus.OK

@@ -157,7 +157,8 @@ def _serve_ui(env: "Env", server: SimServer, harness: Path) -> None:
                        "lock": str(tmp / "lock" / "keel-leader"), "lock_expiry": "8s", "lock_renew": "2s",
                        "shared_dir": str(tmp / "shared"), "secrets_dir": str(secrets),
                        "node": "pve1", "status_interval": "2s"},
-            "web": {"listen": f"127.0.0.1:{port}", "cert": str(cert), "key": str(cert.parent / "sim.key")},
+            "web": {"listen": f"127.0.0.1:{port}", "cert": str(cert), "key": str(cert.parent / "sim.key"),
+                    "www_key": str(cert.parent / "pve-www.key")},
             **extra,
         }))
         environ = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}

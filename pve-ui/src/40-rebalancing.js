@@ -366,7 +366,7 @@ Ext.define('PVE.keel.Rebalancing', {
         var me = this;
         if (!me.canMigrate) {
             me.down('#plan').setTitle(gettext('Plan') + ': ' +
-                gettext('planning needs VM.Migrate on /vms'));
+                gettext('planning needs VM.Migrate on the guests to move'));
             return;
         }
         if (me.jobId) {

@@ -50,7 +50,8 @@ def test_the_leader_runs_the_runners_and_the_api_shows_them(sim_factory, tmp_pat
         assert "keel_runners_desired" in metrics and 'keel_leader{node="pve1"} 1' in metrics
         # a webhook through keel-web reaches the runners, which check its signature
         answer = requests.post(f"{url}/webhook", data=b'{"action": "queued"}', verify=sim.cert, timeout=30,
-                               headers={"X-GitHub-Event": "workflow_job", "X-Hub-Signature-256": "sha256=00"})
+                               headers={"X-GitHub-Event": "workflow_job", "X-Hub-Signature-256": "sha256=00",
+                                        "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958"})
         assert answer.status_code in (401, 404), answer.text     # 404 when no webhook secret is set
         assert "runners do not run" not in answer.text
     finally:

@@ -30,8 +30,10 @@ def stack(tmp_path_factory):
         yield running
 
 
-def api(stack, method, path, body=None, auth=None):
-    headers = {"Authorization": auth} if auth else AUTH
+def api(stack, method, path, body=None, auth=None, csrf=None):
+    headers = {"Authorization": auth} if auth else dict(AUTH)
+    if csrf:
+        headers["CSRFPreventionToken"] = csrf
     return requests.request(method, stack.url + path, headers=headers, verify=stack.sim.cert, timeout=60,
                             data=None if body is None else json.dumps(body))
 
@@ -211,14 +213,15 @@ def test_a_token_instead_of_the_app_then_back(stack):
 
 
 def test_an_auditor_reads_but_may_not_change_or_test(stack):
-    auth = f"PVEAuthCookie={stack.ticket('auditor@pve')}"
+    ticket, csrf = stack.login("auditor@pve")
+    auth = f"PVEAuthCookie={ticket}"
     assert api(stack, "GET", "/api/runners/settings", auth=auth).status_code == 200
     assert api(stack, "GET", "/api/runners/waits", auth=auth).status_code == 200
     for method, path, body in (("PUT", "/api/runners/settings", {"settings": {}}),
                                ("POST", "/api/runners/settings/validate", {}),
                                ("PUT", "/api/runners/secrets/github.token", {"value": "ghp_" + "a" * 36}),
                                ("POST", "/api/runners/test", {})):
-        answer = api(stack, method, path, body, auth=auth)
+        answer = api(stack, method, path, body, auth=auth, csrf=csrf)
         assert answer.status_code == 403 and "Sys.Modify" in answer.json()["message"], (path, answer.text)
 
 

@@ -74,6 +74,9 @@ def test_the_login_gets_a_ticket_that_keel_web_accepts_from_its_own_origin(harne
     status = requests.get(url + "/api/status", headers=headers, verify=sim.cert, timeout=30)
     assert status.status_code == 200 and status.headers["Access-Control-Allow-Origin"] == url
     refused = requests.post(url + "/api/apply", json={}, headers=headers, verify=sim.cert, timeout=30)
+    assert refused.status_code == 401                   # a write with a ticket needs its CSRF token
+    headers["CSRFPreventionToken"] = data["CSRFPreventionToken"]
+    refused = requests.post(url + "/api/apply", json={}, headers=headers, verify=sim.cert, timeout=30)
     assert refused.status_code == 403                   # an auditor may not apply
     bad = requests.post(url + "/harness/login", json={"username": "root@pam", "password": "wrong-pw"},
                         verify=sim.cert, timeout=30)

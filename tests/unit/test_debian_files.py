@@ -26,6 +26,7 @@ PACKAGE = ROOT / "backend" / "keel"
 DEBIAN_PACKAGE = {
     "cryptography": "python3-cryptography",
     "flask": "python3-flask",
+    "gevent": "python3-gevent",
     "gunicorn": "python3-gunicorn",
     "jwt": "python3-jwt",
     "numpy": "python3-numpy",

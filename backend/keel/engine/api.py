@@ -40,9 +40,10 @@ log = logging.getLogger("keel.engine")
 MAX_BODY = 1024 * 1024
 STATUS_CACHE_S = 1.0
 FIRST_READING_WAIT_S = 2.0    # status waits this long, once, for the engine's first reading
-# Answered to any peer the socket lets in: the document, and GitHub's deliveries (checked
-# by their signature, not by a user).
-OPEN_PATHS = ("/api/openapi.json", "/api/runners/webhook")
+# Answered to any peer the socket lets in (root, keel-web) without a user: the document,
+# GitHub's deliveries (checked by their signature), and the metrics, which keel-web serves
+# without a login when the admin chose web.metrics: open.
+OPEN_PATHS = ("/api/openapi.json", "/api/runners/webhook", "/api/metrics")
 
 
 def _status_of(err: KeelError) -> int:
@@ -382,7 +383,6 @@ def create_app(engine: Engine) -> Flask:
 
     @app.get("/api/metrics")
     def metrics() -> Response:
-        require("Sys.Audit")
         return Response(openapi.metrics_text(engine), mimetype="text/plain; version=0.0.4")
 
     return app

@@ -75,6 +75,7 @@ class WebSettings:
     origins: tuple[str, ...] = ()
     auth_cache_s: float = 60.0
     metrics: str = "auth"
+    www_key: str = "/etc/pve/pve-www.key"     # PVE's CSRF key (root:www-data 0640 in pmxcfs)
 
     def cert_files(self) -> tuple[str, str]:
         if self.cert:
@@ -112,7 +113,8 @@ def read_web(r: Reader) -> WebSettings:
     settings = WebSettings(host=host.strip("[]"), port=port, cert=r.get("cert", str, ""),
                            key=r.get("key", str, ""), origins=r.string_list("origins"),
                            auth_cache_s=r.duration("auth_cache", d.auth_cache_s),
-                           metrics=r.choice("metrics", METRICS_ACCESS, d.metrics))
+                           metrics=r.choice("metrics", METRICS_ACCESS, d.metrics),
+                           www_key=r.get("www_key", str, d.www_key))
     if settings.auth_cache_s > 60:
         r.problems.add(r.sub("auth_cache"), "at most 60s: a revoked ticket must stop working soon")
     r.done()

@@ -24,6 +24,7 @@ from keel.sim import scenario as sc
 from keel.sim.errors import ApiError
 
 TICKET_LIFETIME_S = 7200
+CSRF_MIN_AGE_S = -300     # PVE::AccessControl::verify_csrf_prevention_token: -300 < age < lifetime
 ROOT = "root@pam"
 
 VM_PRIVS = (
@@ -114,7 +115,8 @@ class Auth:
 class Access:
     """The access-control state of a simulated cluster."""
 
-    def __init__(self, users: list[sc.User], roles: dict[str, tuple[str, ...]], acl: list[sc.Acl]):
+    def __init__(self, users: list[sc.User], roles: dict[str, tuple[str, ...]], acl: list[sc.Acl],
+                 www_key: bytes | None = None):
         self.users: dict[str, User] = {}
         for u in users:
             self.users[u.userid] = User(
@@ -126,6 +128,12 @@ class Access:
             self.roles[name] = frozenset(privs)
         self.acl = [AclEntry(_norm(a.path), a.ugid, a.kind, a.role, a.propagate) for a in acl]
         self._key = os.urandom(32)
+        # PVE's CSRF secret: Digest::SHA::hmac_sha256_base64(<pve-www.key>), whose one
+        # argument is the key: HMAC-SHA256 keyed with the file over no data, base64 without
+        # padding (PVE::AccessControl).  The simulator writes its key file beside its
+        # certificate, so keel-web checks these tokens as it checks PVE's.
+        self.www_key = www_key if www_key is not None else new_www_key()
+        self._csrf_secret = _b64(hmac.new(self.www_key, b"", hashlib.sha256).digest()).encode()
         # Pool membership lives in the cluster, which replaces these with its live view:
         # the pools holding an ACL path (/vms/<vmid>, /storage/<id>), and every member path.
         # Derived figures, valid for one request (the cluster clears it in ``sync``), since
@@ -152,8 +160,12 @@ class Access:
         stamp = f"{int(time.time()):08X}"
         data = f"PVE:{userid}:{stamp}"
         ticket = f"{data}::{self._sign(data)}"
-        csrf = f"{stamp}:{self._sign(f'{stamp}:{userid}')}"
-        return ticket, csrf
+        return ticket, self.make_csrf(userid, stamp)
+
+    def make_csrf(self, userid: str, stamp: str) -> str:
+        """PVE::Ticket::assemble_csrf_prevention_token: ``XXXXXXXX:<signature>``."""
+        digest = hmac.new(self._csrf_secret, f"{stamp}:{userid}".encode(), hashlib.sha256).digest()
+        return f"{stamp}:{_b64(digest)}"
 
     def check_ticket(self, ticket: str) -> str | None:
         """The userid of a valid, unexpired ticket; None otherwise."""
@@ -172,15 +184,16 @@ class Access:
         return userid if user is not None and user.enable else None
 
     def check_csrf(self, userid: str, token: str | None) -> bool:
-        if not token or ":" not in token:
+        """PVE::Ticket::verify_csrf_prevention_token: eight upper-case hex digits, a colon,
+        the signature; fresh while -300 < age < the ticket's lifetime."""
+        match = re.fullmatch(r"([A-Z0-9]{8}):(\S+)", token or "")
+        if match is None:
             return False
-        stamp, signature = token.split(":", 1)
-        try:
-            age = time.time() - int(stamp, 16)
-        except ValueError:
-            return False
-        return age <= TICKET_LIFETIME_S and hmac.compare_digest(
-            signature, self._sign(f"{stamp}:{userid}"))
+        stamp, signature = match.groups()
+        age = time.time() - int(stamp, 16)
+        expected = self.make_csrf(userid, stamp).split(":", 1)[1]
+        return hmac.compare_digest(signature.encode(), expected.encode()) and \
+            CSRF_MIN_AGE_S < age < TICKET_LIFETIME_S
 
     def check_token(self, header_value: str) -> Auth | None:
         """``user@realm!tokenid=secret`` (or with ``:``) → Auth if the secret matches."""
@@ -204,8 +217,7 @@ class Access:
         return Auth(userid, tokenid)
 
     def _sign(self, data: str) -> str:
-        digest = hmac.new(self._key, data.encode(), hashlib.sha256).digest()
-        return base64.b64encode(digest).decode().rstrip("=")
+        return _b64(hmac.new(self._key, data.encode(), hashlib.sha256).digest())
 
     # -- privileges ----------------------------------------------------------------
 
@@ -359,6 +371,15 @@ class Access:
                     if re.match(areas[top], priv):
                         caps[top][priv] = 1
         return {area: dict(sorted(privs.items())) for area, privs in caps.items()}
+
+
+def new_www_key() -> bytes:
+    """A fresh stand-in for /etc/pve/pve-www.key (PVE's is an RSA key; only its bytes count)."""
+    return base64.b64encode(os.urandom(48)) + b"\n"
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode().rstrip("=")
 
 
 def _norm(path: str) -> str:

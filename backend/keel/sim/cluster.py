@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from keel.sim import load, scenario as sc
-from keel.sim.access import Access, Auth
+from keel.sim.access import Access, Auth, new_www_key
 from keel.sim.clock import Clock
 from keel.sim.errors import ApiError
 from keel.sim.guests import SimGuest, config_from_spec
@@ -63,6 +63,8 @@ class Cluster:
         # One lock for the cluster's whole life: requests and the control API wait on it,
         # and a reset rebuilds the state under it (it must never be replaced).
         self.lock = threading.RLock()
+        # The CSRF key (pve-www.key) outlives a reset, as the file a client read does.
+        self.www_key = new_www_key()
         self._build(scenario, clock or Clock(scenario.start_time, 1.0), schema or Schema.load())
 
     def _build(self, scenario: sc.Scenario, clock: Clock, schema: Schema) -> None:
@@ -76,7 +78,7 @@ class Cluster:
         self.version = scenario.pve_version
         self.repoid = "a1b2c3d4e5f60718"
         self.forced_quorum_loss = False
-        self.access = Access(scenario.users, scenario.roles, scenario.acl)
+        self.access = Access(scenario.users, scenario.roles, scenario.acl, self.www_key)
         self.nodes: dict[str, SimNode] = {}
         for index, spec in enumerate(scenario.nodes):
             self.nodes[spec.name] = SimNode(spec, index + 1, spec.online,

@@ -41,6 +41,11 @@ class SimServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="keel-sim-")
             tls_dir = Path(self._tmp.name)
         self.cert_file, key_file = make_certificate(Path(tls_dir), host)
+        # PVE's CSRF key, as /etc/pve/pve-www.key: keel-web checks the simulator's
+        # CSRFPreventionToken with it (web.www_key).
+        self.www_key_file = Path(tls_dir) / "pve-www.key"
+        self.www_key_file.touch(mode=0o600)
+        self.www_key_file.write_bytes(self.cluster.www_key)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert_file, key_file)
         try:

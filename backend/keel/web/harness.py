@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from flask import Blueprint, Response, jsonify, redirect, request, send_from_directory
 
@@ -49,7 +50,9 @@ class Harness:
         return harness
 
 
-def blueprint(harness: Harness, pve_url: str, verify: bool | str) -> Blueprint:
+def blueprint(harness: Harness, pve_url: str, verify: bool | str,
+              pve_calls: Callable[..., Any] = lambda fn, *args: fn(*args)) -> Blueprint:
+    """``pve_calls`` runs the blocking login call (keel-web's thread pool for PVE)."""
     bp = Blueprint("harness", __name__)
 
     @bp.get("/harness")
@@ -87,7 +90,7 @@ def blueprint(harness: Harness, pve_url: str, verify: bool | str) -> Blueprint:
         if not isinstance(username, str) or not isinstance(password, str) or not username:
             return _refuse(400, "login: expected a JSON object with username and password")
         try:
-            answer = access.login(pve_url, username, password, verify)
+            answer = pve_calls(access.login, pve_url, username, password, verify)
         except AuthError as err:
             return _refuse(401, err.message)
         except KeelError as err:
