@@ -29,6 +29,7 @@ contacted while reading.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +44,10 @@ from keel.runners.spec import (  # noqa: F401 (re-exported: settings.RunnersSett
 )
 from keel.units import parse_size
 from keel.validate import Problems, Reader
+
+# PVE's formats (pve-storage-id, pve-poolid in the API schema).
+STORAGE_ID = re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$")
+POOL_ID = re.compile(r"^[A-Za-z0-9\-_]+$")
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -309,8 +314,13 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
     storage = r.get("storage", str, None)
     if storage and not full_clone:
         problems.add(r.sub("storage"), "only for a full clone (full_clone: true)")
+    if storage is not None and not STORAGE_ID.match(storage):
+        problems.add(r.sub("storage"), f"not a Proxmox VE storage ID: {storage!r}")
+    pool = r.get("pool", str, None)
+    if pool is not None and not POOL_ID.match(pool):
+        problems.add(r.sub("pool"), f"not a Proxmox VE pool ID (letters, digits, - and _): {pool!r}")
     spec = RunnerSpec(template=template or 0, cores=cores or 0, memory_bytes=memory_bytes,
-                      full_clone=full_clone, storage=storage, pool=r.get("pool", str, None),
+                      full_clone=full_clone, storage=storage, pool=pool,
                       jit_path=r.get("jit_path", str, DEFAULT_JIT_PATH,
                                      check=lambda v: None if v.startswith("/") else
                                      "expected an absolute path in the VM"))
