@@ -83,3 +83,17 @@ def test_a_value_put_by_the_balancer_serves_readers():
     assert reading.get(5) == "from the round"
     with pytest.raises(AssertionError):
         assert reading.latest()[0] is None
+
+
+def test_a_value_put_is_as_old_as_its_reading_not_its_hand_over():
+    """A balancing round that took a while hands in a reading that started back then: a
+    plan asked for later must not take it as fresh (the 503 test in tests/security met a
+    round's snapshot stamped at hand-over and planned on it through an injected PVE 500)."""
+    now = [100.0]
+    reading = SharedReading(Slow(), "test", clock=lambda: now[0])
+    reading.put("from a slow round", age_s=3.0)
+    assert reading.latest() == ("from a slow round", 3.0)
+    assert reading.get(5) == "from a slow round"
+    assert reading.get(2) == 1                              # too old for a plan: read afresh
+    reading.put("older still", age_s=10.0)                  # never replaces a newer value
+    assert reading.latest()[0] == 1

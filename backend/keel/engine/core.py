@@ -247,7 +247,7 @@ class Engine:
             result = rounds.round(apply=settings.enable and self.leader)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
             if result.snapshot is not None:
-                self.reading.put(result.snapshot)
+                self.reading.put(result.snapshot, age_s=self.clock() - result.snapshot.taken_at)
             return self.last_round
         finally:
             lock.release()

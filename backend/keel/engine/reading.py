@@ -53,10 +53,14 @@ class SharedReading(Generic[T]):
         with self._cond:
             return None if self._flight_at is None else self._clock() - self._flight_at
 
-    def put(self, value: T) -> None:
-        """A value read elsewhere (the balancer's round reads the cluster too)."""
+    def put(self, value: T, age_s: float = 0.0) -> None:
+        """A value read elsewhere (the balancer's round reads the cluster too), whose reading
+        started ``age_s`` ago: a round that took minutes hands in a reading that old, not a
+        fresh one.  An older value than the one held is ignored."""
         with self._cond:
-            self._value, self._value_at = value, self._clock()
+            read_at = self._clock() - max(0.0, age_s)
+            if self._value_at is None or read_at >= self._value_at:
+                self._value, self._value_at = value, read_at
 
     def get(self, max_age_s: float) -> T:
         """A value whose reading started at most ``max_age_s`` before this call: the last
