@@ -22,7 +22,7 @@ ALLOWED = {
     "pve": {"pve", "model", "errors", "units", "validate", "authz"},
     "config": {"config", "pve", "balance", "runners", "errors", "units", "validate", "engine"},
     "schedule": {"schedule", "validate", "errors", "units"},
-    "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate"},
+    "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate", "files"},
     "words": {"words"},
     "importers": {"importers", "config", "balance", "errors", "validate", "units", "schedule"},
     "store": {"store", "balance", "errors", "files"},

@@ -89,12 +89,16 @@ class PveClient:
     """Calls on one PVE API endpoint; see the module docstring."""
 
     def __init__(self, target: Target, sleep: Callable[[float], None] = time.sleep,
-                 retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S):
+                 retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
+                 fence: Callable[[str], None] | None = None):
         if not target.user:
             raise InvalidError("no PVE user given (user@realm, or a token user@realm!name)")
         if not (target.token_name and target.token_secret) and target.password is None:
             raise InvalidError(f"no credentials for {target.user}: give an API token or a password")
         self.target = target
+        # Called before every call that may change the cluster (anything but GET); raises
+        # to stop it.  keel-engine's leader lease (engine.lease.Fence): only the leader acts.
+        self.fence = fence
         self.calls = 0
         self._sleep = sleep
         self._retry_delays = retry_delays_s
@@ -158,6 +162,8 @@ class PveClient:
 
     def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
         params = {k: _wire(v) for k, v in params.items() if v is not None}
+        if method != "GET" and self.fence is not None:
+            self.fence(f"{method} {path}")
         attempts = 1 + (len(self._retry_delays) if method == "GET" else 0)
         for attempt in range(attempts):
             self.calls += 1

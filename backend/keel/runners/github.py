@@ -98,6 +98,9 @@ class GitHubClient:
         self._blocked: dict[str, float] = {}                   # "rest"|"service" -> until
         self._backoff: dict[str, float] = {}
         self._key: str | None = None
+        # keel-engine's leader fence (engine.lease.Fence), called before each write that acts
+        # for the leader: registrations, JIT configs, jobs, sessions; None: always allowed.
+        self.fence: Callable[[str], None] | None = None
 
     def __repr__(self) -> str:
         return f"GitHubClient({self.settings.url!r})"
@@ -299,10 +302,12 @@ class GitHubClient:
         if now < until:
             raise RateLimited(f"GitHub asked Keel to wait; no calls until {until - now:.0f} s from now",
                               until)
+        path = urlsplit(url).path
+        if method != "GET" and self.fence is not None and not _unfenced(method, path):
+            self.fence(f"GitHub {method} {path}")
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = requests.Session()
-        path = urlsplit(url).path
         all_headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION,
                        "User-Agent": "keel-runners", **headers}
         if body is not None:
@@ -382,3 +387,10 @@ def _epoch(text: str | None, default: float) -> float:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return default
+
+
+def _unfenced(method: str, path: str) -> bool:
+    """Writes that act for nobody: getting a token, and ending our own message session
+    (a stopped leader hands the scale set over sooner)."""
+    return (path.endswith(("/access_tokens", "/registration-token", "/runner-registration"))
+            or (method == "DELETE" and "/sessions/" in path))
