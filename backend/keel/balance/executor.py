@@ -318,7 +318,7 @@ class Executor:
     def _find_out(self, item: _Running) -> None:
         """The migrate request got no answer: its task is the truth, or the guest's place."""
         move = item.move
-        upid = find_migration_task(self.client, move, item.started_at)
+        upid = find_migration_task(self.client, move, item.started_at, self.clock())
         if upid:
             item.upid, item.unanswered = upid, None
             self.journal.update(item.entry, RUNNING, upid=upid)
@@ -402,11 +402,15 @@ def _describe(move: Move) -> dict[str, Any]:
 _EVENT = {OK: "done", FAILED: "failed", NOT_STARTED: "not_started"}
 
 
-def find_migration_task(client: PveClient, move: Any, since: float) -> str | None:
-    """The UPID of the migration of ``move``'s guest that started on its source node at or
-    after ``since`` (a few seconds of clock difference allowed), if PVE has one."""
+def find_migration_task(client: PveClient, move: Any, since: float, now: float) -> str | None:
+    """The UPID of the migration of ``move``'s guest that started on its source node after
+    ``since`` (Keel's clock, ``now`` being Keel's time now), if PVE has one.  The start is
+    compared on the node's own clock (``/nodes/{node}/time``), so a node whose clock is off
+    does not hide the task or pass off an older one as it."""
     kind = "qmigrate" if move.type == "qemu" else "vzmigrate"
+    node_now = float((client.get(f"/nodes/{move.source}/time") or {}).get("time") or now)
+    after = node_now - max(0.0, now - since) - 5
     tasks = client.get(f"/nodes/{move.source}/tasks", typefilter=kind, vmid=move.vmid,
-                       since=int(since) - 5, source="all", limit=10)
-    found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= since - 5]
+                       since=int(after), source="all", limit=10)
+    found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= after]
     return str(max(found, key=lambda t: float(t.get("starttime") or 0))["upid"]) if found else None

@@ -163,7 +163,7 @@ class Reconciler:
         left = []
         for p in pending:
             try:
-                outcome = resolve(client, p, where)
+                outcome = resolve(client, p, where, self.clock())
             except KeelError as err:
                 p.error = str(err)
                 outcome = None
@@ -195,7 +195,8 @@ class Reconciler:
             journal.remove_shared(self.shared_dir, job_id)
 
 
-def resolve(client: PveClient, p: Pending, where: Callable[[int], str | None]) -> tuple[str, str | None] | None:
+def resolve(client: PveClient, p: Pending, where: Callable[[int], str | None],
+            now: float) -> tuple[str, str | None] | None:
     """A move's outcome as the cluster tells it: (state, reason), or None while it runs."""
     m = p.move
     state = m["state"]
@@ -204,7 +205,8 @@ def resolve(client: PveClient, p: Pending, where: Callable[[int], str | None]) -
         return NOT_STARTED, f"not started: {p.why}"
     if not m.get("upid") and not m.get("ha_sid"):
         since = float(m.get("started_at") or m.get("planned_at") or 0)
-        found = find_migration_task(client, SimpleNamespace(type=m["type"], source=m["source"], vmid=vmid), since)
+        found = find_migration_task(client, SimpleNamespace(type=m["type"], source=m["source"], vmid=vmid),
+                                    since, now)
         if found:
             m["upid"] = found
         else:
