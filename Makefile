@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench schema clean ui deb test-package
+.PHONY: demo test test-debian bench chaos schema clean ui deb test-package
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ bench: $(STAMP)
 	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
+
+# The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials
+# from KEEL_CHAOS_SEED (a new one each run unless given; printed, to run a failure again).
+chaos: $(STAMP)
+	@seed=$${KEEL_CHAOS_SEED:-$$(date +%s)}; echo "chaos: seed $$seed, $${KEEL_CHAOS_TRIALS:-200} trials"; \
+	KEEL_CHAOS_SEED=$$seed KEEL_CHAOS_TRIALS=$${KEEL_CHAOS_TRIALS:-200} \
+	    $(PY) -m pytest -q tests/integration/test_chaos.py
 
 # The web UI plugin: one flat file, like pve-manager's pvemanagerlib.js, built from
 # pve-ui/src/*.js in name order.

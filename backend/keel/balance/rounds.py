@@ -93,5 +93,5 @@ class Rounds:
         executor = Executor(self.client, self.settings, self.store, requested_by=self.requested_by,
                             on_event=self.on_event, cancel=self.cancel, clock=self.clock, sleep=self.sleep,
                             poll_s=self.poll_s, journal=self.journal() if self.journal else None,
-                            abandon=self.abandon)
+                            abandon=self.abandon, cancel_reason=lambda: "this node stopped leading")
         return executor.run(plan, kind="round")

@@ -281,8 +281,11 @@ class Engine:
                 return
             service, stop, thread = self.runners
             stop.set()
-            thread.join(timeout=60)
-            service.close()
+            thread.join(timeout=90)
+            if thread.is_alive():             # its files stay open rather than closed under it
+                log.warning("the runners did not stop within 90 s; their thread is left to end")
+            else:
+                service.close()
             self.runners = None
 
     def restart_runners(self) -> None:

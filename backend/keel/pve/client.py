@@ -124,6 +124,10 @@ class PveClient:
         session = getattr(self._api, "_store", {}).get("session")
         if session is not None:
             session.hooks["response"].append(self._remember_errors)
+            if fence is not None:
+                session.mount("https://", _FencedAdapter(fence))
+        elif fence is not None:
+            raise AssertionError("proxmoxer keeps no session here: the fence cannot be put in place")
 
     def close(self) -> None:
         """Close the kept-alive connections."""
@@ -162,8 +166,6 @@ class PveClient:
 
     def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
         params = {k: _wire(v) for k, v in params.items() if v is not None}
-        if method != "GET" and self.fence is not None:
-            self.fence(f"{method} {path}")
         attempts = 1 + (len(self._retry_delays) if method == "GET" else 0)
         for attempt in range(attempts):
             self.calls += 1
@@ -185,6 +187,23 @@ class PveClient:
             log.warning("%s %s failed (%s); retrying in %.1fs", method, path, error, delay)
             self._sleep(delay)
         raise AssertionError("unreachable")
+
+
+class _FencedAdapter(requests.adapters.HTTPAdapter):
+    """Checks the fence as late as it can be checked: as the request goes out, after
+    proxmoxer and requests have built it, so that a process that stalls between the check
+    and the socket has the least time to do so (docs/service.md, "What the fence cannot
+    do")."""
+
+    def __init__(self, fence: Callable[[str], None]):
+        super().__init__()
+        self.fence = fence
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
+        if request.method != "GET":
+            path = urlsplit(request.url or "").path
+            self.fence(f"{request.method} {path.removeprefix('/api2/json')}")
+        return super().send(request, *args, **kwargs)
 
 
 def _wire(value: Any) -> Any:

@@ -200,6 +200,8 @@ class GitHubClient:
     def get_message(self, session: Session, last_id: int, capacity: int) -> dict[str, Any] | None:
         """The next message (the long poll), or None when GitHub had none (202).  A session
         whose queue token expired is refreshed in place, and the poll made once more."""
+        if self.fence is not None:      # polling with a last id acknowledges: only the leader may
+            self.fence("GitHub message poll")
         for attempt in (1, 2):
             url = session.queue_url + (f"?lastMessageId={last_id}" if last_id else "")
             response = self._send("service", "GET", url, expect=(200, 202, 401), timeout=POLL_TIMEOUT_S,

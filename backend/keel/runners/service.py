@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from keel.errors import KeelError
+from keel.errors import FencedError, KeelError
 from keel.pve.client import PveClient, Target
 from keel.runners import fleet, status as status_view, webhooks
 from keel.runners.demand import SetState, apply_message, apply_webhook, matches
@@ -406,7 +406,17 @@ class RunnerService:
         return any(r.phase in CREATING or r.phase in REMOVING or r.done for r in self.runners.values())
 
     def _settle(self, stop: threading.Event) -> None:
-        """Carry runners being created or removed to a resting point; create nothing new."""
+        """Carry runners being created or removed to a resting point; create nothing new.
+        Not when this engine stopped leading: then nothing may be done, and the next leader
+        adopts them as they are."""
+        try:
+            if self.fence is not None:
+                self.fence("carrying runners in flight to rest")
+        except FencedError:
+            log.info("not the leader: runners in flight are left as they are for the next leader")
+            with self.lock:
+                self._snapshot(save=True)
+            return
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline:
             with self.lock:
