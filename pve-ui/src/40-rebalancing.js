@@ -348,9 +348,11 @@ Ext.define('PVE.keel.Rebalancing', {
             return '';
         }
         var states = {
-            planned: ['off', gettext('planned')], running: ['busy', gettext('migrating')],
+            planned: ['off', gettext('planned')], starting: ['busy', gettext('starting')],
+            running: ['busy', gettext('migrating')],
             ok: ['good', gettext('done')], done: ['good', gettext('done')],
             failed: ['critical', gettext('failed')], skipped: ['warning', gettext('not started')],
+            not_started: ['warning', gettext('not started')],
         };
         var s = states[value] || ['warning', value];
         var text = R.health(s[0], s[1]);
@@ -536,6 +538,8 @@ Ext.define('PVE.keel.Rebalancing', {
                 rec.set({ state: 'ok', upid: event.upid });
             } else if (event.event === 'failed') {
                 rec.set({ state: 'failed', upid: event.upid, error: event.error });
+            } else if (event.event === 'not_started') {
+                rec.set({ state: 'not_started', error: event.error });
             }
         });
         me.jobEvents = job.next;
