@@ -155,25 +155,35 @@ def load_config(args: argparse.Namespace, env: Env) -> Any:
 def connect_with_config(args: argparse.Namespace, env: Env) -> tuple[Any, Any]:
     """(PveClient, Config): flags, then environment, then the config file."""
     from keel import config as cfg
+    from keel.errors import InvalidError
     from keel.pve.client import PveClient
 
     config = load_config(args, env)
     settings = config.proxmox
     overrides = dict(env.environ)
+    sources: dict[str, str] = {}
     if args.pve_url:
-        overrides["KEEL_PVE_URL"] = args.pve_url
+        overrides["KEEL_PVE_URL"], sources["KEEL_PVE_URL"] = args.pve_url, "--pve-url"
     if args.ca_file:
-        overrides["KEEL_PVE_CA_FILE"] = args.ca_file
+        overrides["KEEL_PVE_CA_FILE"], sources["KEEL_PVE_CA_FILE"] = args.ca_file, "--ca-file"
     if args.insecure:
         overrides["KEEL_PVE_INSECURE"] = "1"
     if args.pve_token_file:
         overrides["KEEL_PVE_TOKEN"] = cfg.read_secret(args.pve_token_file, "API token")
+        sources["KEEL_PVE_TOKEN"] = f"--pve-token-file {args.pve_token_file}"
     if args.pve_user:
         overrides["KEEL_PVE_USER"] = args.pve_user
         overrides.pop("KEEL_PVE_TOKEN", None) if not args.pve_token_file else None
     if args.pve_password_file:
         overrides["KEEL_PVE_PASSWORD"] = cfg.read_secret(args.pve_password_file, "password")
-    return PveClient(cfg.target_from(settings, overrides)), config
+    given = ("KEEL_PVE_URL", "KEEL_PVE_TOKEN", "KEEL_PVE_USER", "KEEL_PVE_PASSWORD")
+    if config.source == cfg.Config().source and not any(overrides.get(k) for k in given) \
+            and not cfg.DEFAULT_TOKEN_FILE.exists():
+        raise InvalidError(f"no config file and no PVE URL or token given (looked for --config, $KEEL_CONFIG "
+                           f"and {cfg.DEFAULT_CONFIG_FILE}): on a Proxmox VE node run `keel setup`; "
+                           f"elsewhere give --pve-url and --pve-token-file (or KEEL_PVE_URL and "
+                           f"KEEL_PVE_TOKEN), or --config FILE")
+    return PveClient(cfg.target_from(settings, overrides, sources=sources)), config
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
