@@ -190,13 +190,14 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
     from keel.pve import snapshot
     from keel.status_view import Style, render, summary
 
-    client = connect(args, env)
+    client, config = connect_with_config(args, env)
     snap = snapshot.collect(client, psi=args.psi)
     if args.json:
-        json.dump(summary(snap), env.stdout, indent=2)
+        json.dump(summary(snap, config.balancing), env.stdout, indent=2)
         env.stdout.write("\n")
     else:
-        env.stdout.write(render(snap, Style(env.color, env.unicode), show_guests=args.guests))
+        env.stdout.write(render(snap, Style(env.color, env.unicode), show_guests=args.guests,
+                                settings=config.balancing))
     return ExitStatus.OK
 
 
