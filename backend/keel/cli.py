@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--harness", metavar="DIR",
                       help="then serve the web UI harness in DIR (the repository's www/; make demo does) "
                            "with keel-engine and keel-web on the simulator, until Ctrl-C")
+    demo.add_argument("--port", type=int, metavar="PORT",
+                      help="keel-web's port for the web UI (default 8443, or a free one if 8443 is in use)")
 
     imp = sub.add_parser("import-proxlb", help="convert a ProxLB config to Keel's (YAML with comments)",
                          description="Print the Keel config (proxmox: and balancing:) equivalent to a "
@@ -249,7 +251,7 @@ def write_converted(text: str, args: argparse.Namespace, env: Any) -> int:
 
 def cmd_demo(args: argparse.Namespace, env: Env) -> int:
     from keel.demo import run_demo
-    return run_demo(env, args.scenario, args.keep_running, args.harness)
+    return run_demo(env, args.scenario, args.keep_running, args.harness, args.port)
 
 
 def _balance_command(name: str) -> Any:
