@@ -47,6 +47,7 @@ def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = 
     if harness and missing is None and port and not _port_free(port):
         raise InvalidError(f"port {port} (--port) is in use: give another with --port, or stop what listens there")
     signal.signal(signal.SIGTERM, _interrupt)          # stop everything on kill as on Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # even if started with it ignored
     server = SimServer(scenario, port=0, clock_factor=CLOCK_FACTOR)
     server.start()
     # One store for the whole demo: the web UI's History shows the migrations of the CLI part.
@@ -73,7 +74,7 @@ def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = 
                     print(f"\nThe web UI cannot start: {missing}; everything else runs.", file=out)
                 _keep_simulator(env, server)
         except KeyboardInterrupt as stop:
-            interrupted = time.monotonic()
+            interrupted = stop.args[0] if isinstance(stop, _Said) else time.monotonic()
             if not isinstance(stop, _Said):
                 print("\nStopping the simulator ...", file=out, flush=True)
         else:
@@ -218,11 +219,14 @@ def _serve_ui(env: "Env", server: SimServer, harness: Path, tmp: Path, port: int
                 _queue_job(server)
                 next_job = time.monotonic() + DEMO_JOB_EVERY_S
             time.sleep(0.5)
-        print("a service stopped; its log:\n" + "".join(
-            (tmp / f"{k}.log").read_text() for k in ("engine", "web")), file=env.stderr)
+        for name, process in zip(("keel-engine", "keel-web"), started):
+            if process.poll() is not None:
+                log = (tmp / f"{name.removeprefix('keel-')}.log").read_text().strip()
+                print(f"{name} stopped (exit status {process.returncode}); the demo ends"
+                      + (f". Its log:\n{log}" if log else ""), file=env.stderr)
     except KeyboardInterrupt:
         print("\nStopping keel-web, keel-engine and the simulator ...", file=out, flush=True)
-        raise _Said() from None
+        raise _Said(time.monotonic()) from None
     finally:
         _stop(started)
 
@@ -249,7 +253,7 @@ def _stop(started: list[subprocess.Popen]) -> None:
 
 
 class _Said(KeyboardInterrupt):
-    """Ctrl-C, and what it stops has been said."""
+    """Ctrl-C, and what it stops has been said; its argument is when (time.monotonic())."""
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
