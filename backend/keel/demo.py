@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keel.balance.balancer import make_plan
 from keel.balance.executor import Executor
@@ -46,8 +46,17 @@ def run_demo(env: "Env", scenario_path: str | None = None, keep_running: bool = 
     missing = _harness_missing(harness) if harness else None
     if harness and missing is None and port and not _port_free(port):
         raise InvalidError(f"port {port} (--port) is in use: give another with --port, or stop what listens there")
-    signal.signal(signal.SIGTERM, _interrupt)          # stop everything on kill as on Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # even if started with it ignored
+    handlers = (signal.signal(signal.SIGTERM, _interrupt),     # stop everything on kill as on Ctrl-C
+                signal.signal(signal.SIGINT, signal.default_int_handler))   # even if started ignoring it
+    try:
+        return _run(env, scenario, out, harness, missing, keep_running, port)
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+
+
+def _run(env: "Env", scenario: sc.Scenario, out: Any, harness: str | None, missing: str | None,
+         keep_running: bool, port: int | None) -> int:
     server = SimServer(scenario, port=0, clock_factor=CLOCK_FACTOR)
     server.start()
     # One store for the whole demo: the web UI's History shows the migrations of the CLI part.
