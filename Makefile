@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench chaos schema clean ui deb test-package
+.PHONY: demo test test-debian bench chaos schema clean ui deb test-package extjs
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,16 +13,25 @@ $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# ExtJS (GPL, npm) for the web UI harness: a test and demo dependency, never shipped.
+# ExtJS (GPL) and Font Awesome for the web UI harness, as www/package-lock.json pins them:
+# a test and demo dependency, never shipped.  tools/fetch-npm takes the npm registry's
+# tarballs and checks their integrity hashes; no node or npm needed (`npm ci` in www/
+# installs the same files).
 EXTJS := www/node_modules/extjs-gpl/build/ext-all.js
 
-$(EXTJS): www/package.json www/package-lock.json
-	cd www && npm ci --no-audit --no-fund --ignore-scripts
+$(EXTJS): www/package.json www/package-lock.json | $(STAMP)
+	$(PY) tools/fetch-npm www
 	touch $@
 
-demo: $(STAMP) $(EXTJS) ui
-	$(VENV)/bin/keel demo --harness www
+extjs: $(EXTJS)
 
+# The command-line story always runs; without ExtJS (no network, say) the demo says what
+# is missing and keeps the simulator running.  DEMO_ARGS="--port 9443": keel-web's port.
+demo: $(STAMP) ui
+	@$(PY) tools/fetch-npm www || true
+	$(VENV)/bin/keel demo --harness www $(DEMO_ARGS)
+
+# The whole suite: 10-20 minutes on 2 cores (docs/development.md).
 test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q
 

@@ -30,6 +30,7 @@ def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = No
     tmp.mkdir(parents=True, exist_ok=True)
     token = tmp / "token"
     token.write_text(api_token + "\n")
+    token.chmod(0o600)                    # keel-engine refuses a token file others may read
     cert_dir = Path(sim.cert).parent
     config = {
         "proxmox": {"url": sim.url, "token_file": str(token), "ca_file": sim.cert},

@@ -20,7 +20,7 @@ ALLOWED = {
     "validate": {"validate", "errors", "units"},
     "authz": {"authz", "errors"},
     "pve": {"pve", "model", "errors", "units", "validate", "authz"},
-    "config": {"config", "pve", "balance", "runners", "errors", "units", "validate", "engine"},
+    "config": {"config", "pve", "balance", "runners", "errors", "files", "units", "validate", "engine"},
     "schedule": {"schedule", "validate", "errors", "units"},
     "balance": {"balance", "model", "schedule", "words", "pve", "errors", "units", "validate", "files"},
     "words": {"words"},

@@ -453,7 +453,7 @@ def status_data(engine: Engine) -> dict[str, Any]:
         if snap is None:                  # the first reading since start: worth a short wait
             snap, age = engine.reading.latest(first_wait_s=FIRST_READING_WAIT_S)
     if snap is not None:
-        cluster = summary(snap)
+        cluster = summary(snap, engine.config.balancing, engine.store.maintenance_nodes())
         cluster.pop("guests", None)
         cluster["age_s"] = round(age or 0.0, 1)
     if engine.reading.error is not None:

@@ -180,7 +180,8 @@ class Engine:
         return config
 
     def _client(self) -> PveClient:
-        return PveClient(cfg.target_from(self.config.proxmox, self.environ), fence=self.fence.check)
+        strict = self.config.engine.open_secret_files == "refuse"
+        return PveClient(cfg.target_from(self.config.proxmox, self.environ, strict=strict), fence=self.fence.check)
 
     # -- the loops ----------------------------------------------------------------------------
 
