@@ -3,9 +3,10 @@
 The planner orders moves into waves (``keel.balance.sequence``): every move of a wave fits,
 with memory held on both nodes, anti-affinity and the concurrency limits, once the moves
 of the earlier waves are done.  A wave's slowest migration need not hold back the next
-one, though: what a move's safety rests on is the state of the two nodes it touches.  So
-a move may start as soon as every move of an earlier wave that touches its source or its
-target (or moves the same guest) has ended well, and a slot is free:
+one, though: what a move's safety rests on is the state of its target (its source only
+loses memory and guests by it).  So a move may start as soon as every move of an earlier
+wave into or out of its target (and any earlier move of the same guest) has ended well,
+and a slot is free:
 
 * at most ``concurrent`` migrations at once, each guest of a bundle counted;
 * at most ``per_node`` migrations into a node at once, and as many out of it;
@@ -30,9 +31,8 @@ def dependencies(moves: Sequence[Any]) -> list[set[int]]:
     """For each move (by index), the earlier-wave moves it waits for."""
     deps: list[set[int]] = []
     for i, move in enumerate(moves):
-        mine = touches(move)
         deps.append({j for j, other in enumerate(moves[:i])
-                     if other.vmid == move.vmid or (other.wave < move.wave and touches(other) & mine)})
+                     if other.vmid == move.vmid or (other.wave < move.wave and move.target in touches(other))})
     return deps
 
 
