@@ -157,8 +157,9 @@ def perturb(cluster: Cluster, rng: random.Random) -> None:
     for vmid in rng.sample(range(200, 209), 3):
         cluster.sim.control("POST", f"guests/{vmid}", {"cpu": round(rng.uniform(0.05, 0.95), 2),
                                                       "mem_used": f"{rng.randint(30, 95)}%"})
-    cluster.gh("POST", "jobs", {"labels": ["keel-c2-m4"], "duration": rng.choice([2, 3, 5]),
-                                "count": rng.randint(1, 3)})
+    if rng.random() < 0.6:                  # about what three runners get through in a trial
+        cluster.gh("POST", "jobs", {"labels": ["keel-c2-m4"], "duration": rng.choice([2, 3, 5]),
+                                    "count": rng.randint(1, 2)})
 
 
 def fault(cluster: Cluster, rng: random.Random, kind: str) -> None:
@@ -183,12 +184,9 @@ def fault(cluster: Cluster, rng: random.Random, kind: str) -> None:
 
 
 def settle(cluster: Cluster, timeout: float = 240) -> None:
-    """Until every job is done, every migration has ended and every record says how."""
-    def unsettled() -> str | None:
-        jobs = cluster.gh("GET", "state")["jobs"]
-        waiting = [j for j in jobs if j["status"] != "completed"]
-        if waiting:
-            return f"runner jobs not completed: {[(j['id'], j['status']) for j in waiting]}"
+    """Until every migration has ended and every record says how; then until every runner
+    job is done and the fleet is gone (given time for the jobs still queued)."""
+    def moves_unsettled() -> str | None:
         if cluster.migrations_running():
             return f"migrations running: {cluster.migrations_running()}"
         for name in NODES:
@@ -202,16 +200,25 @@ def settle(cluster: Cluster, timeout: float = 240) -> None:
             open_ = [m for m in moves if m["status"] not in ("ok", "failed", "not_started")]
             if open_:
                 return f"{name} has unfinished moves {[(m['plan_id'], m['vmid'], m['status']) for m in open_]}"
+        return None
+
+    def runners_unsettled() -> str | None:
+        waiting = [j for j in cluster.gh("GET", "state")["jobs"] if j["status"] != "completed"]
+        if waiting:
+            return f"{len(waiting)} runner jobs not completed: {[(j['id'], j['status']) for j in waiting[:10]]}"
         if cluster.runner_vms():
             return f"runner VMs left: {cluster.runner_vms()}"
         if cluster.gh("GET", "state")["runners"]:
             return f"registrations left: {cluster.gh('GET', 'state')['runners']}"
         return None
 
-    deadline = time.monotonic() + timeout
-    while (why := unsettled()) is not None:
-        assert time.monotonic() < deadline, f"not settled after {timeout:.0f} s: {why}"
-        time.sleep(1.0)
+    # the runner jobs still queued get the time three runners need for them, and a margin
+    backlog = len([j for j in cluster.gh("GET", "state")["jobs"] if j["status"] != "completed"])
+    for unsettled, allowed in ((moves_unsettled, timeout), (runners_unsettled, timeout + 10 * backlog)):
+        started = time.monotonic()
+        while (why := unsettled()) is not None:
+            assert time.monotonic() - started < allowed, f"not settled after {allowed:.0f} s: {why}"
+            time.sleep(1.0)
 
 
 def test_one_leader_acts_and_every_move_and_runner_is_accounted_for(sim_factory, tmp_path):
