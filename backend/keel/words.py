@@ -27,6 +27,12 @@ RULE = "rule"                       # it breaks a rule where it is (pin, affinit
 BALANCE = "balance"                 # it evens out the load
 PARK = "park"                       # a temporary stop on a third node to break a swap cycle
 
+# What stopped a plan's balancing (``Plan.stopped``).
+LEVEL_REACHED = "level reached"     # the figure is at its target and no node is hot
+NOTHING_WORTH_IT = "no move worth it"   # short of the level, no allowed move helps enough
+BUDGET = "budget"                   # the plan's move or byte limit was reached
+CLUSTER_FULL = "cluster full"       # the mean use is above the hotspot: no placement cools every node
+
 # Why a guest stays where it is (``skipped``).
 IGNORED = "ignored"                 # by config, tag or pool
 NOT_PERMITTED = "not permitted"     # the user who asked may not migrate it (VM.Migrate)

@@ -3,6 +3,8 @@ overcommits memory — not at the end, and not in any state in between."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from balance_helpers import cluster, node, violations, vm
@@ -55,3 +57,21 @@ def test_no_plan_breaks_a_rule_or_overcommits_memory(case):
     snapshot, config = case
     plan = make_plan(snapshot, config, History(), NOW)
     check(snapshot, config, plan)
+
+
+@given(clusters())
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_no_one_shot_plan_breaks_a_rule_or_overcommits_memory(case):
+    snapshot, config = case
+    plan = make_plan(snapshot, config, History(), NOW, oneshot=True)
+    check(snapshot, config, plan)
+
+
+@given(clusters(), st.sampled_from([0.01, 0.03, 0.06]), st.sampled_from([0.1, 0.15, 0.25]),
+       st.booleans())
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_looser_threshold_never_moves_more(case, tight, loose, oneshot):
+    snapshot, config = case
+    plans = [make_plan(snapshot, replace(config, threshold=t), History(), NOW, oneshot=oneshot)
+             for t in (tight, loose)]
+    assert plans[1].bytes_moved <= plans[0].bytes_moved, [[(m.vmid, m.source, m.target, m.mem_bytes // 2**20, m.detail) for m in p.moves] for p in plans]

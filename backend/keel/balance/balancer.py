@@ -17,7 +17,7 @@ from keel.balance import loads, sequence
 from keel.balance.history import History
 from keel.balance.loads import LoadModel, Samples
 from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
-from keel.balance.planner import _figure, _triggered, plan_keel
+from keel.balance.planner import _figure, _triggered, full_resources, node_excess, peak_ok, plan_keel
 from keel.balance.rules import Constraints, compile_rules
 from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Snapshot
@@ -27,15 +27,20 @@ GiB = 1024**3
 
 def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History | None = None,
               now: float | None = None, samples: Samples | None = None,
-              method: str | None = None, may_move: Callable[[Guest], bool] | None = None) -> Plan:
+              method: str | None = None, may_move: Callable[[Guest], bool] | None = None,
+              oneshot: bool = False) -> Plan:
     """``may_move``: for a plan asked for by a user, whether that user may migrate the guest
-    (the others stay, skipped as not permitted)."""
+    (the others stay, skipped as not permitted).  ``oneshot``: a plan that ``keel plan`` /
+    ``keel apply`` (and the tab's Plan and Apply) make, which goes as far as the level within
+    the one-shot limits (``limits.oneshot``; none by default) instead of one round's budget."""
     history = history or History()
     now = snapshot.taken_at if now is None else now
     method = method or settings.method
+    if oneshot:
+        settings = settings.oneshot()
     if method != "keel":
-        # Proxmox's methods judge by Proxmox's figure and know no hotspot limit.
-        settings = replace(settings, imbalance="pve", hotspot=None)
+        # Proxmox's methods judge by Proxmox's figure and know no hotspot or above-mean limit.
+        settings = replace(settings, imbalance="pve", hotspot=None, above_mean=None)
     cons = compile_rules(snapshot, settings, history, now, may_move)
     model = loads.build(snapshot, settings, cons.eligible, samples)
     before = _state(model, cons, snapshot)
@@ -51,6 +56,9 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
                                     f"{ratio:.0%} of the eligible nodes' {resource}")
     if settings.mode == "psi" and snapshot.pve_major < 9:
         cons.notices.append("psi mode needs Proxmox VE 9 (pressure figures); using used load")
+    full = full_resources(model, settings)
+    if full:
+        cons.notices.append(_full_sentence(model, settings, full) + ": add capacity, or raise the hotspot")
     outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method)
     skipped = list(cons.skipped) + outcome.skipped + dropped + [
         Skip(words.NO_SAFE_ORDER, "left out: no order of the plan's moves would keep memory and every "
@@ -58,6 +66,7 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         for g in snapshot.guests.values() if g.vmid in left_out]
     balance = [m for m in ordered if m.reason == words.BALANCE]
     verdict, reason = words.PLANNED, ""
+    stopped = getattr(outcome, "stop", "") or (words.NOTHING_WORTH_IT if outcome.not_worth_it else "")
     if outcome.not_worth_it:
         verdict = words.NOT_WORTH_IT
         reason = next((s.detail for s in outcome.skipped if s.reason == words.LIMIT), "not worth it")
@@ -75,6 +84,7 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
             ordered, extra = _order(_without_balance(ordered), model, cons, settings)
             skipped += extra
             verdict = words.NOT_WORTH_IT
+            stopped = words.NOTHING_WORTH_IT
             reason = f"the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
         else:
             reason = f"cuts {share} with {len(balance)} balancing moves"
@@ -85,8 +95,14 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
     if verdict == words.PLANNED:
         if not ordered:
             figure = _figure(before.figures, settings)
-            if outcome.stuck:
+            if full and not _triggered(model, settings):
+                verdict, stopped = words.STUCK, words.CLUSTER_FULL
+                reason = _full_sentence(model, settings, full) + ": no move would cool a node; nothing is moved"
+            elif outcome.stuck:
                 verdict, reason = words.STUCK, "imbalanced, but no allowed move helps (see skipped)"
+            elif _triggered(model, settings) and figure <= settings.threshold:
+                verdict = words.STUCK
+                reason = f"{_hot_sentence(model, settings)}, but no allowed move cools it"
             elif _triggered(model, settings):
                 verdict = words.STUCK
                 reason = f"imbalance {figure:.2f} is over the threshold, but no move is allowed"
@@ -97,8 +113,31 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         elif not reason:
             kinds = sorted({m.reason for m in ordered})
             reason = f"{len(ordered)} moves ({', '.join(kinds)})"
+    if not balance and stopped in (words.LEVEL_REACHED, "") and not _triggered(model, settings):
+        stopped = words.CLUSTER_FULL if full else words.LEVEL_REACHED
     return Plan(verdict, method, reason, tuple(ordered), before, after, tuple(skipped),
-                tuple(cons.conflicts), tuple(cons.notices), config, now)
+                tuple(cons.conflicts), tuple(cons.notices), config, now, stopped)
+
+
+def _full_sentence(model: LoadModel, settings: BalancingSettings, full: list[int]) -> str:
+    fluid = model.fluid()
+    uses = " and ".join(f"{loads.RESOURCES[r]} {fluid[r]:.0%}" for r in full)
+    return (f"the cluster is full: its mean use ({uses}) is above the hotspot of "
+            f"{settings.hotspot:.0%}, so no placement brings every node under it")
+
+
+def _hot_sentence(model: LoadModel, settings: BalancingSettings) -> str:
+    """Which node is hot by itself, and why."""
+    excess = node_excess(model, settings)
+    i = int(np.argmax(excess))
+    u, fluid = model.utilisation()[i], model.fluid()
+    weighted = [r for r in range(len(u)) if model.weights[r] > 0]
+    r = max(weighted, key=lambda k: u[k] - fluid[k])
+    if settings.hotspot is not None and max(u[k] for k in weighted) > settings.hotspot:
+        r = max(weighted, key=lambda k: u[k])
+        return f"{model.nodes[i]} is at {u[r]:.0%} {loads.RESOURCES[r]}, above the hotspot of {settings.hotspot:.0%}"
+    return (f"{model.nodes[i]} is at {u[r]:.0%} {loads.RESOURCES[r]}, {(u[r] - fluid[r]) * 100:.0f} points "
+            f"above the mean ({fluid[r]:.0%})")
 
 
 MAX_REPLANS = 3
@@ -245,10 +284,14 @@ def _summary(settings: BalancingSettings, method: str) -> dict[str, Any]:
         "method": method, "mode": settings.mode, "weights": dict(settings.weights),
         "guests": sorted(settings.guest_types), "scope": settings.scope,
         "imbalance": settings.imbalance, "threshold": settings.threshold,
-        "hotspot": settings.hotspot, "hold": settings.hold, "margin": settings.margin,
+        "hotspot": settings.hotspot, "above_mean": settings.above_mean, "hold": settings.hold,
+        "margin": settings.margin,
         "cooldown_s": settings.cooldown_s, "headroom": settings.headroom,
         "limits": {"moves": settings.limits.moves, "gib": settings.limits.bytes / GiB,
-                   "concurrent": settings.limits.concurrent, "per_node": settings.limits.per_node},
+                   "concurrent": settings.limits.concurrent, "per_node": settings.limits.per_node,
+                   "oneshot_moves": settings.limits.oneshot_moves,
+                   "oneshot_gib": None if settings.limits.oneshot_bytes is None
+                   else settings.limits.oneshot_bytes / GiB},
         "with_local_disks": settings.with_local_disks,
         "maintenance": sorted(settings.maintenance),
     }
