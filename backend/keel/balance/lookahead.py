@@ -75,12 +75,14 @@ def greedy_pick(score: np.ndarray, gain: np.ndarray) -> tuple[int, int] | None:
     most (fewer migrations for the same GiB).  None when no move is allowed."""
     if not score.size:
         return None
-    best = np.unravel_index(int(np.argmax(score)), score.shape)
-    if not np.isfinite(score[best]):
+    flat = score.ravel()
+    top = int(np.argmax(flat))
+    if not np.isfinite(flat[top]):
         return None
-    near = score >= score[best] * NEAR_BEST
-    best = np.unravel_index(int(np.argmax(np.where(near, gain, -np.inf))), score.shape)
-    return int(best[0]), int(best[1])
+    near = np.flatnonzero(flat >= flat[top] * NEAR_BEST)
+    pick = int(near[int(np.argmax(gain.ravel()[near]))])
+    row, col = divmod(pick, score.shape[1])
+    return row, col
 
 
 def applies(model: LoadModel, rows: int) -> bool:

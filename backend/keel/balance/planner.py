@@ -312,10 +312,12 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             break
         score, gain = scorer.scores()
         worth_more = False
-        if units:
+        over = ~budget.fits()
+        if units and over.any():
             unlimited = np.unravel_index(int(np.argmax(score)), score.shape)
             worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
-            score[~budget.fits(), :] = -np.inf
+            score = score.copy()
+            score[over, :] = -np.inf
         best = lookahead.greedy_pick(score, gain)
         if best is not None and look and gain[best] >= min_gain:
             best = lookahead.choose(scorer, score, gain, best, min_gain, budget, look_done)
@@ -395,7 +397,8 @@ class _Scorer:
     node, its square) is computed once.  After a single move (``moved``) only what it
     changed is computed again: the rows of the units on its two nodes and the two nodes'
     columns (F is a sum over nodes and the level is fixed, so no other entry changes); any
-    other change of the working state (``refresh``) has the next ``scores`` compute all."""
+    other change of the working state (``refresh``) has the next ``scores`` compute all.
+    What ``scores`` returns is the scorer's own: read it, copy it to change it."""
 
     def __init__(self, model: LoadModel, units: list[Unit], demand: np.ndarray, allowed: np.ndarray,
                  footprint: np.ndarray, cost: np.ndarray, anti: dict[str, set[str]],
@@ -409,72 +412,111 @@ class _Scorer:
         self.share_sq = (share ** 2 * w).sum(axis=2)                      # U x N
         self.with_anti = [row for row, u in enumerate(units) if anti.get(u.key)]
         self.with_soft = [row for row, u in enumerate(units) if u.soft_away]
+        self.special = np.array(sorted(set(self.with_anti) | set(self.with_soft)), dtype=int)
+        self.anti_rows = set(self.with_anti)
         self.rows = np.arange(len(units))
-        self._gain: np.ndarray | None = None
-        self._feasible: np.ndarray | None = None
+        self._ready = False
         self._pending: list[tuple[int, int, int]] = []
         self.incremental = True        # a fork (a playout moves its units itself) computes all
         self.refresh()
 
     def refresh(self) -> None:
         self.cur = np.array([self.model.index[self.placed[u.key]] for u in self.units], dtype=int)
-        self._gain = None
+        self._ready = False
 
     def fork(self) -> "_Scorer":
         """The same scorer over a copy of its working state (the model, where each unit is),
         for looking ahead without touching the plan."""
         trial = copy.copy(self)
         trial.model, trial.cur, trial.placed = self.model.copy(), self.cur.copy(), dict(self.placed)
-        trial._gain, trial._pending, trial.incremental = None, [], False
+        trial._ready, trial._pending, trial.incremental = False, [], False
         return trial
 
     def forbid(self, row: int, col: int) -> None:
-        """The unit may not go to that node after all (PVE would refuse it)."""
+        """The unit may not go to that node after all (PVE would refuse it, or it came from there)."""
         self.allowed[row, col] = False
-        if self._feasible is not None:
-            self._feasible[row, col] = False
+        if self._ready:
+            self._base_feasible[row, col] = False
+            self._view(np.array([row]), None)
 
     def moved(self, row: int, source: int, target: int) -> None:
         """``row`` went from ``source`` to ``target`` (model and ``cur`` already updated)."""
-        if self._gain is not None:
+        if self._ready:
             self._pending.append((row, source, target))
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         model = self.model
         if not len(self.rows):
             return np.zeros((0, len(model.nodes))), np.zeros((0, len(model.nodes)))
-        if self._gain is None or not self.incremental:
+        if not self._ready or not self.incremental:
             self._pending = []
-            self._gain = self._gains(self.rows, None)
-            self._feasible = self._feasibility(self.rows, None)
+            self._d_source = self._source_terms(self.rows)
+            self._d_target = self._target_terms(self.rows, None)
+            self._base_feasible = self._feasibility(self.rows, None)
+            self.gain = np.empty_like(self._d_target)
+            self.feasible = np.empty_like(self._base_feasible)
+            self.score = np.empty_like(self._d_target)
+            self._view(self.rows, None)
+            self._ready = True
         else:
             for row, source, target in self._pending:
-                self._update(row, source, target)
+                self._update(source, target)
             self._pending = []
-        gain = self._gain.copy()
-        feasible = self._feasible.copy()
-        for row in self.with_anti:
-            feasible[row] &= self._anti_free(row)
-        for row in self.with_soft:
-            for node in self.units[row].soft_away:
-                if node in model.index:
-                    gain[row, model.index[node]] -= abs(gain[row]).max() * 0.5
-        self.feasible = feasible
-        score = np.where(feasible & (gain > 0), gain / self.cost[:, None], -np.inf)
-        return score, gain
+            if len(self.special):
+                self._view(self.special, None)
+        if not self.incremental:
+            return self.score.copy(), self.gain.copy()
+        return self.score, self.gain
 
-    def _gains(self, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
-        """−ΔF for ``rows`` × ``cols`` (None: every node)."""
+    def _view(self, rows: np.ndarray, cols: np.ndarray | None) -> None:
+        """gain, feasible and score of ``rows`` × ``cols`` (None: all) from the base terms,
+        with anti-affinity and soft rules on top."""
+        if cols is None:
+            gain = -(self._d_source[rows][:, None] + self._d_target[rows])
+            feasible = self._base_feasible[rows].copy()
+        else:
+            gain = -(self._d_source[rows][:, None] + self._d_target[np.ix_(rows, cols)])
+            feasible = self._base_feasible[np.ix_(rows, cols)].copy()
+        model = self.model
+        hits = np.flatnonzero(np.isin(rows, self.special)) if len(self.special) else ()
+        for k in hits:
+            row = int(rows[k])
+            if row in self.anti_rows:
+                free = self._anti_free(row)
+                feasible[k] &= free if cols is None else free[cols]
+            if self.units[row].soft_away:
+                full = -(self._d_source[row] + self._d_target[row])
+                for node in self.units[row].soft_away:
+                    if node in model.index:
+                        j = model.index[node]
+                        if cols is None:
+                            gain[k, j] -= abs(full).max() * 0.5
+                        elif j in cols:
+                            gain[k, list(cols).index(j)] -= abs(full).max() * 0.5
+        score = np.where(feasible & (gain > 0), gain / self.cost[rows][:, None], -np.inf)
+        if cols is None:
+            self.gain[rows], self.feasible[rows], self.score[rows] = gain, feasible, score
+        else:
+            self.gain[np.ix_(rows, cols)] = gain
+            self.feasible[np.ix_(rows, cols)] = feasible
+            self.score[np.ix_(rows, cols)] = score
+
+
+    def _source_terms(self, rows: np.ndarray) -> np.ndarray:
+        """ΔF of each unit of ``rows`` leaving the node it is on."""
         model, cur = self.model, self.cur[rows]
         dev = model.utilisation() - model.fluid()                          # N x R
-        d_source = (self.share_sq[rows, cur]
-                    - 2 * np.einsum("ur,ur->u", self.share_w[rows, cur], dev[cur])) * model.eligible[cur]
+        return (self.share_sq[rows, cur]
+                - 2 * np.einsum("ur,ur->u", self.share_w[rows, cur], dev[cur])) * model.eligible[cur]
+
+    def _target_terms(self, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
+        """ΔF of each unit of ``rows`` arriving on each node of ``cols`` (None: all)."""
+        model = self.model
+        dev = model.utilisation() - model.fluid()
         if cols is None:
-            d_target = self.share_sq[rows] + 2 * np.einsum("unr,nr->un", self.share_w[rows], dev)
-        else:
-            d_target = (self.share_sq[np.ix_(rows, cols)]
-                        + 2 * np.einsum("unr,nr->un", self.share_w[np.ix_(rows, cols)], dev[cols]))
-        return -(d_source[:, None] + d_target)
+            return self.share_sq[rows] + 2 * np.einsum("unr,nr->un", self.share_w[rows], dev)
+        return (self.share_sq[np.ix_(rows, cols)]
+                + 2 * np.einsum("unr,nr->un", self.share_w[np.ix_(rows, cols)], dev[cols]))
 
     def _feasibility(self, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
         model = self.model
@@ -492,15 +534,18 @@ class _Scorer:
                 free[self.model.index[node]] = False
         return free
 
-    def _update(self, row: int, source: int, target: int) -> None:
-        assert self._gain is not None and self._feasible is not None
+    def _update(self, source: int, target: int) -> None:
         cols = np.array([source, target])
-        self._gain[:, cols] = self._gains(self.rows, cols)
-        self._feasible[:, cols] = self._feasibility(self.rows, cols)
+        self._d_target[:, cols] = self._target_terms(self.rows, cols)
+        self._base_feasible[:, cols] = self._feasibility(self.rows, cols)
         rows = np.flatnonzero((self.cur == source) | (self.cur == target))
         if len(rows):
-            self._gain[rows] = self._gains(rows, None)
-            self._feasible[rows] = self._feasibility(rows, None)
+            self._d_source[rows] = self._source_terms(rows)
+            self._d_target[rows] = self._target_terms(rows, None)
+            self._base_feasible[rows] = self._feasibility(rows, None)
+        self._view(self.rows, cols)
+        if len(rows):
+            self._view(rows, None)
 
 
 def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: dict[str, str],

@@ -399,7 +399,7 @@ class Engine:
         snap = self.snapshot(max_age_s=FRESH_S)
         samples = self.store.samples(now - settings.window_s) or None
         return make_plan(snap, settings, self.store.history(now), now, samples, method=method,
-                         may_move=self._movable(principal, snap))
+                         may_move=self._movable(principal, snap), oneshot=True)
 
     def _movable(self, principal: Principal | None, snap: Any) -> Callable[[Any], bool] | None:
         if principal is None or principal.is_root:
