@@ -78,9 +78,11 @@ def _snapshot(client: Any, settings: Any) -> Any:
 def _plan(client: Any, settings: Any, store: Store, now: float, oneshot: bool = False) -> tuple[Any, Plan]:
     """``oneshot``: ``keel plan`` and ``keel apply`` plan as far as the level (within
     ``limits.oneshot``), not one round's budget."""
+    from keel.balance.guestconfig import Reader
     snap = _snapshot(client, settings)
     samples = store.samples(now - settings.window_s)
-    return snap, make_plan(snap, settings, store.history(now), now, samples or None, oneshot=oneshot)
+    return snap, make_plan(snap, settings, store.history(now), now, samples or None, oneshot=oneshot,
+                           configs=Reader(client))
 
 
 def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:

@@ -11,7 +11,8 @@ from keel import words
 from keel.balance import loads
 from keel.balance.balancer import make_plan
 from keel.balance.history import History
-from keel.balance.planner import _Scorer, level_reached, node_excess
+from keel.balance.level import level_reached, node_excess
+from keel.balance.scoring import _Scorer
 from keel.balance.rules import compile_rules
 from keel.balance.settings import BalancingSettings, Limits, parse
 

@@ -13,11 +13,12 @@ from typing import Any, Callable
 import numpy as np
 
 from keel import words
-from keel.balance import loads, sequence
+from keel.balance import guestconfig, loads, sequence
 from keel.balance.history import History
 from keel.balance.loads import LoadModel, Samples
 from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
-from keel.balance.planner import _figure, _triggered, full_resources, node_excess, peak_ok, plan_keel
+from keel.balance.level import _figure, _triggered, full_resources, node_excess
+from keel.balance.planner import plan_keel
 from keel.balance.rules import Constraints, compile_rules
 from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Snapshot
@@ -28,11 +29,14 @@ GiB = 1024**3
 def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History | None = None,
               now: float | None = None, samples: Samples | None = None,
               method: str | None = None, may_move: Callable[[Guest], bool] | None = None,
-              oneshot: bool = False) -> Plan:
+              oneshot: bool = False, configs: guestconfig.Source | None = None) -> Plan:
     """``may_move``: for a plan asked for by a user, whether that user may migrate the guest
     (the others stay, skipped as not permitted).  ``oneshot``: a plan that ``keel plan`` /
     ``keel apply`` (and the tab's Plan and Apply) make, which goes as far as the level within
-    the one-shot limits (``limits.oneshot``; none by default) instead of one round's budget."""
+    the one-shot limits (``limits.oneshot``; none by default) instead of one round's budget.
+    ``configs``: where guest configs come from (``guestconfig.Reader`` on a client); a move
+    PVE would refuse over a guest's devices, CPU or storages is not planned, and the guests
+    held back are listed in ``skipped`` (without: the executor's precheck finds them)."""
     history = history or History()
     now = snapshot.taken_at if now is None else now
     method = method or settings.method
@@ -59,8 +63,10 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
     full = full_resources(model, settings)
     if full:
         cons.notices.append(_full_sentence(model, settings, full) + ": add capacity, or raise the hotspot")
-    outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method)
-    skipped = list(cons.skipped) + outcome.skipped + dropped + [
+    admission = guestconfig.Admission(snapshot, configs) if configs is not None else None
+    outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method, admission)
+    held = admission.skips({m.vmid for m in ordered}) if admission is not None else []
+    skipped = list(cons.skipped) + held + outcome.skipped + dropped + [
         Skip(words.NO_SAFE_ORDER, "left out: no order of the plan's moves would keep memory and every "
                                   "rule safe with it in the plan", g.vmid, g.name)
         for g in snapshot.guests.values() if g.vmid in left_out]
@@ -144,7 +150,8 @@ MAX_REPLANS = 3
 
 
 def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSettings, snapshot: Snapshot,
-                    method: str) -> tuple[Any, list[Move], list[Skip], set[int]]:
+                    method: str, admit: Callable[..., bool] | None = None
+                    ) -> tuple[Any, list[Move], list[Skip], set[int]]:
     """Plan, then order into waves.  A balancing move that cannot be ordered safely is not
     simply dropped (what remains could be worse than nothing): its guest is left out and the
     plan made again without it."""
@@ -152,7 +159,7 @@ def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSett
     for attempt in range(MAX_REPLANS):
         work = model.copy()
         if method == "keel":
-            outcome = plan_keel(work, cons, settings)
+            outcome = plan_keel(work, cons, settings, admit)
         else:
             from keel.balance.pvemethods import plan_pve
             outcome = plan_pve(work, cons, settings, snapshot, method)

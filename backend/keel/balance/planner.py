@@ -43,7 +43,6 @@ The result is an unordered list of moves; ``sequence.order`` turns it into waves
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -56,6 +55,8 @@ from keel.balance.lookahead import Budget
 from keel.balance.moving import GiB, MOVE_OVERHEAD_GIB, current_node, move_unit
 from keel.balance.plan import Move, Skip
 from keel.balance.rules import Constraints, Unit
+from keel.balance.level import _figure, _triggered, level_reached, peak_ok
+from keel.balance.scoring import _peak_move, _pct, _Scorer
 from keel.balance.settings import BalancingSettings
 from keel.balance.trades import exchange, make_room, swap
 
@@ -63,7 +64,6 @@ DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it w
 MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of its two nodes' share of it, at least
 MAX_SWAP_ROUNDS = 5
 MAX_PEAK_MOVES = 20
-PEAK_STEP = 0.001            # a peak move must lower the fullest node by 0.1 point at least
 PEAK_RISE = 1.25             # ... and may raise the figure to 1.25 times where it was
 PEAK_FLOOR = 0.05            # ... or to this figure, if higher
 LOOKAHEAD_LEVEL = 0.005      # playouts look for the path to this figure
@@ -106,63 +106,6 @@ def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings,
                    stop=stop)
 
 
-def full_resources(model: LoadModel, settings: BalancingSettings) -> list[int]:
-    """The weighted resources whose cluster-wide mean use is at or above the hotspot: no
-    placement brings every node under it there (the cluster is full)."""
-    if settings.hotspot is None:
-        return []
-    fluid = model.fluid()
-    return [r for r in range(len(model.weights)) if model.weights[r] > 0 and fluid[r] >= settings.hotspot]
-
-
-def node_excess(model: LoadModel, settings: BalancingSettings, u: np.ndarray | None = None) -> np.ndarray:
-    """Per node (N), how far it is past what makes a node hot by itself: its use above the
-    hotspot (on a resource where the cluster is not full), or above the mean by more than
-    ``above_mean``, on any weighted resource; ≤ 0 where it is neither.  -inf for nodes that
-    are not eligible."""
-    u = model.utilisation() if u is None else u
-    fluid = model.fluid()
-    excess = np.full(u.shape, -np.inf)
-    weighted = model.weights > 0
-    if settings.above_mean is not None:
-        excess = np.maximum(excess, u - fluid[None, :] - settings.above_mean)
-    if settings.hotspot is not None:
-        hot = np.where(fluid < settings.hotspot, settings.hotspot, np.inf)
-        excess = np.maximum(excess, u - hot[None, :])
-    excess = np.where(weighted[None, :], excess, -np.inf).max(axis=1)
-    return np.where(model.eligible, excess, -np.inf)
-
-
-def peak_ok(model: LoadModel, settings: BalancingSettings) -> bool:
-    """No node is hot by itself: none above the hotspot (where the cluster is not full),
-    none more than ``above_mean`` above the mean on a weighted resource."""
-    if not model.eligible.any():
-        return True
-    return bool(node_excess(model, settings).max() <= 1e-12)
-
-
-def _triggered(model: LoadModel, settings: BalancingSettings) -> bool:
-    if not peak_ok(model, settings):
-        return True
-    return _figure(model.figures(), settings) > settings.threshold
-
-
-def level_reached(model: LoadModel, settings: BalancingSettings) -> bool:
-    """Where the balance phase stops: the figure at half the threshold, no node hot."""
-    return _figure(model.figures(), settings) <= settings.threshold / 2 and peak_ok(model, settings)
-
-
-def _figure(figures, settings: BalancingSettings) -> float:
-    if settings.imbalance == "pve":
-        return figures.pve
-    if settings.imbalance == "spread":
-        weighted = [k for k, w in zip(("cpu", "memory", "disk"), (settings.weights.get("cpu", 0),
-                                                                    settings.weights.get("memory", 0),
-                                                                    settings.weights.get("disk", 0))) if w]
-        return max(figures.spread[k] for k in weighted) / 100.0
-    return figures.keel
-
-
 def _anti_index(cons: Constraints) -> dict[str, set[str]]:
     """Unit key -> the other units it must not share a node with."""
     index: dict[str, set[str]] = {}
@@ -192,6 +135,8 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
     todo = [u for u in cons.units if u.mandatory is not None]
     todo.sort(key=lambda u: (u.mandatory != words.MAINTENANCE, -model.unit_footprint(u.vmids), u.key))
     for unit in todo:
+        if admit is not None and not admit(unit, None):
+            continue                # PVE would not migrate it anywhere; the plan says why
         demand = model.unit_demand(unit.vmids)
         footprint = model.unit_footprint(unit.vmids)
         best: tuple[float, str] | None = None
@@ -323,7 +268,11 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             best = lookahead.choose(scorer, score, gain, best, min_gain, budget, look_done)
         if best is not None and gain[best] >= min_gain and admit is not None \
                 and not admit(units[best[0]], nodes[best[1]]):
-            scorer.forbid(*best)
+            if admit(units[best[0]], None):
+                scorer.forbid(*best)
+            else:                                  # it may not move at all
+                for col in range(n):
+                    scorer.forbid(best[0], col)
             continue
         if best is None or gain[best] < min_gain:
             if worth_more:
@@ -355,7 +304,10 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                 bad = refused(saved[2])
                 if bad is not None:
                     rollback(saved)
-                    scorer.forbid(*bad)
+                    scorer.refresh()
+                    row, col = bad
+                    for c in (range(n) if not admit(units[row], None) else [col]):
+                        scorer.forbid(row, c)
                     continue
                 for row in pair:
                     budget.take(row)
@@ -384,221 +336,6 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget.moves} moves, "
                                          f"{budget.bytes / GiB:.0f} GiB) is spent; later rounds go on"))
     return still and not made_any, budget_spent, stop
-
-
-def _pct(model: LoadModel, node: str) -> str:
-    u = model.utilisation()[model.index[node]]
-    return f"(cpu {u[0]:.0%}, mem {u[1]:.0%})"
-
-
-class _Scorer:
-    """(score, gain) for every (unit, node): gain = −ΔF, score = gain / cost; −inf where the
-    move is not allowed.  What does not change between moves (each unit's share of every
-    node, its square) is computed once.  After a single move (``moved``) only what it
-    changed is computed again: the rows of the units on its two nodes and the two nodes'
-    columns (F is a sum over nodes and the level is fixed, so no other entry changes); any
-    other change of the working state (``refresh``) has the next ``scores`` compute all.
-    What ``scores`` returns is the scorer's own: read it, copy it to change it."""
-
-    def __init__(self, model: LoadModel, units: list[Unit], demand: np.ndarray, allowed: np.ndarray,
-                 footprint: np.ndarray, cost: np.ndarray, anti: dict[str, set[str]],
-                 placed: dict[str, str]):
-        self.model, self.units, self.demand, self.allowed = model, units, demand, allowed
-        self.footprint, self.cost, self.anti, self.placed = footprint, cost, anti, placed
-        w = model.weights
-        share = demand[:, None, :] / model.cap[None, :, :]                # U x N x R
-        self.share = share
-        self.share_w = share * w                                          # U x N x R
-        self.share_sq = (share ** 2 * w).sum(axis=2)                      # U x N
-        self.with_anti = [row for row, u in enumerate(units) if anti.get(u.key)]
-        self.with_soft = [row for row, u in enumerate(units) if u.soft_away]
-        self.special = np.array(sorted(set(self.with_anti) | set(self.with_soft)), dtype=int)
-        self.anti_rows = set(self.with_anti)
-        self.rows = np.arange(len(units))
-        self._ready = False
-        self._pending: list[tuple[int, int, int]] = []
-        self.incremental = True        # a fork (a playout moves its units itself) computes all
-        self.refresh()
-
-    def refresh(self) -> None:
-        self.cur = np.array([self.model.index[self.placed[u.key]] for u in self.units], dtype=int)
-        self._ready = False
-
-    def fork(self) -> "_Scorer":
-        """The same scorer over a copy of its working state (the model, where each unit is),
-        for looking ahead without touching the plan."""
-        trial = copy.copy(self)
-        trial.model, trial.cur, trial.placed = self.model.copy(), self.cur.copy(), dict(self.placed)
-        trial._ready, trial._pending, trial.incremental = False, [], False
-        return trial
-
-    def forbid(self, row: int, col: int) -> None:
-        """The unit may not go to that node after all (PVE would refuse it, or it came from there)."""
-        self.allowed[row, col] = False
-        if self._ready:
-            self._base_feasible[row, col] = False
-            self._view(np.array([row]), None)
-
-    def moved(self, row: int, source: int, target: int) -> None:
-        """``row`` went from ``source`` to ``target`` (model and ``cur`` already updated)."""
-        if self._ready:
-            self._pending.append((row, source, target))
-
-    def scores(self) -> tuple[np.ndarray, np.ndarray]:
-        model = self.model
-        if not len(self.rows):
-            return np.zeros((0, len(model.nodes))), np.zeros((0, len(model.nodes)))
-        if not self._ready or not self.incremental:
-            self._pending = []
-            self._d_source = self._source_terms(self.rows)
-            self._d_target = self._target_terms(self.rows, None)
-            self._base_feasible = self._feasibility(self.rows, None)
-            self.gain = np.empty_like(self._d_target)
-            self.feasible = np.empty_like(self._base_feasible)
-            self.score = np.empty_like(self._d_target)
-            self._view(self.rows, None)
-            self._ready = True
-        else:
-            for row, source, target in self._pending:
-                self._update(source, target)
-            self._pending = []
-            if len(self.special):
-                self._view(self.special, None)
-        if not self.incremental:
-            return self.score.copy(), self.gain.copy()
-        return self.score, self.gain
-
-    def _view(self, rows: np.ndarray, cols: np.ndarray | None) -> None:
-        """gain, feasible and score of ``rows`` × ``cols`` (None: all) from the base terms,
-        with anti-affinity and soft rules on top."""
-        if cols is None:
-            gain = -(self._d_source[rows][:, None] + self._d_target[rows])
-            feasible = self._base_feasible[rows].copy()
-        else:
-            gain = -(self._d_source[rows][:, None] + self._d_target[np.ix_(rows, cols)])
-            feasible = self._base_feasible[np.ix_(rows, cols)].copy()
-        model = self.model
-        hits = np.flatnonzero(np.isin(rows, self.special)) if len(self.special) else ()
-        for k in hits:
-            row = int(rows[k])
-            if row in self.anti_rows:
-                free = self._anti_free(row)
-                feasible[k] &= free if cols is None else free[cols]
-            if self.units[row].soft_away:
-                full = -(self._d_source[row] + self._d_target[row])
-                for node in self.units[row].soft_away:
-                    if node in model.index:
-                        j = model.index[node]
-                        if cols is None:
-                            gain[k, j] -= abs(full).max() * 0.5
-                        elif j in cols:
-                            gain[k, list(cols).index(j)] -= abs(full).max() * 0.5
-        score = np.where(feasible & (gain > 0), gain / self.cost[rows][:, None], -np.inf)
-        if cols is None:
-            self.gain[rows], self.feasible[rows], self.score[rows] = gain, feasible, score
-        else:
-            self.gain[np.ix_(rows, cols)] = gain
-            self.feasible[np.ix_(rows, cols)] = feasible
-            self.score[np.ix_(rows, cols)] = score
-
-
-    def _source_terms(self, rows: np.ndarray) -> np.ndarray:
-        """ΔF of each unit of ``rows`` leaving the node it is on."""
-        model, cur = self.model, self.cur[rows]
-        dev = model.utilisation() - model.fluid()                          # N x R
-        return (self.share_sq[rows, cur]
-                - 2 * np.einsum("ur,ur->u", self.share_w[rows, cur], dev[cur])) * model.eligible[cur]
-
-    def _target_terms(self, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
-        """ΔF of each unit of ``rows`` arriving on each node of ``cols`` (None: all)."""
-        model = self.model
-        dev = model.utilisation() - model.fluid()
-        if cols is None:
-            return self.share_sq[rows] + 2 * np.einsum("unr,nr->un", self.share_w[rows], dev)
-        return (self.share_sq[np.ix_(rows, cols)]
-                + 2 * np.einsum("unr,nr->un", self.share_w[np.ix_(rows, cols)], dev[cols]))
-
-    def _feasibility(self, rows: np.ndarray, cols: np.ndarray | None) -> np.ndarray:
-        model = self.model
-        index = np.arange(len(model.nodes)) if cols is None else cols
-        feasible = self.allowed[np.ix_(rows, index)].copy()
-        feasible &= self.cur[rows][:, None] != index[None, :]
-        feasible &= (model.mem_used[index][None, :] + self.footprint[rows][:, None]) <= model.mem_cap[index][None, :]
-        return feasible
-
-    def _anti_free(self, row: int) -> np.ndarray:
-        free = np.ones(len(self.model.nodes), dtype=bool)
-        for other in self.anti[self.units[row].key]:
-            node = self.placed.get(other)
-            if node is not None and node in self.model.index:
-                free[self.model.index[node]] = False
-        return free
-
-    def _update(self, source: int, target: int) -> None:
-        cols = np.array([source, target])
-        self._d_target[:, cols] = self._target_terms(self.rows, cols)
-        self._base_feasible[:, cols] = self._feasibility(self.rows, cols)
-        rows = np.flatnonzero((self.cur == source) | (self.cur == target))
-        if len(rows):
-            self._d_source[rows] = self._source_terms(rows)
-            self._d_target[rows] = self._target_terms(rows, None)
-            self._base_feasible[rows] = self._feasibility(rows, None)
-        self._view(self.rows, cols)
-        if len(rows):
-            self._view(rows, None)
-
-
-def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: dict[str, str],
-               moves: list[Move], ceiling: float, fits: np.ndarray,
-               settings: BalancingSettings) -> int | None:
-    """When no move cuts the objective enough and a node is still hot by itself (above the
-    hotspot, or more than ``above_mean`` above the mean): a move off the hottest node that
-    leaves both nodes it touches below where the hottest was, makes no node fuller than
-    the fullest is, and keeps the objective under ``ceiling``.  Returns the unit's row, or
-    None."""
-    if not len(units):
-        return None
-    _, gain = scorer.scores()
-    u = model.utilisation()
-    weighted = model.weights > 0
-    if not weighted.any():
-        return None
-    excess = node_excess(model, settings, u)
-    hot = int(np.argmax(excess))
-    peak = float(excess[hot])
-    if peak <= 1e-12:
-        return None
-    rows = np.flatnonzero((scorer.cur == hot) & fits)
-    if not len(rows):
-        return None
-    # a node's excess is max over weighted r of u_r − bound_r, bound_r the lower of
-    # mean + above_mean and the hotspot (where the cluster is not full)
-    fluid = model.fluid()
-    bound = np.full(len(fluid), np.inf)
-    if settings.above_mean is not None:
-        bound = np.minimum(bound, fluid + settings.above_mean)
-    if settings.hotspot is not None:
-        bound = np.minimum(bound, np.where(fluid < settings.hotspot, settings.hotspot, np.inf))
-    share = scorer.share[rows]                                             # r x N x R
-    new_target = (u[None, :, :] + share - bound)[:, :, weighted].max(axis=2)   # r x N
-    new_source = (u[hot][None, :] - share[:, hot, :] - bound)[:, weighted].max(axis=1)
-    after = np.maximum(new_target, new_source[:, None])
-    # ... and it does not make any node fuller than the fullest one is now
-    fullest = float(np.where(model.eligible[:, None], u, -np.inf)[:, weighted].max())
-    target_use = (u[None, :, :] + share)[:, :, weighted].max(axis=2)          # r x N
-    ok = (scorer.feasible[rows] & (after < peak - PEAK_STEP) & (target_use <= fullest + 1e-12)
-          & (model.objective() - gain[rows] <= ceiling))
-    if not ok.any():
-        return None
-    choice = np.where(ok, gain[rows], -np.inf)
-    r, col = np.unravel_index(int(np.argmax(choice)), choice.shape)
-    row = int(rows[r])
-    unit = units[row]
-    move_unit(model, unit, model.nodes[col], words.BALANCE,
-              f"cools the hottest node, {unit.node} {_pct(model, unit.node)}", placed, moves,
-              float(gain[row, col]))
-    scorer.cur[row] = col
-    return row
 
 
 def _collapse(moves: list[Move]) -> list[Move]:
