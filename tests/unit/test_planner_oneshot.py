@@ -112,9 +112,9 @@ def test_a_looser_threshold_plans_a_prefix_of_a_tighter_ones():
              for t in (0.02, 0.06, 0.10, 0.19)]
     gib = [p.bytes_moved for p in plans]
     assert gib == sorted(gib, reverse=True) and gib[-1] > 0
-    tight = [(m.vmid, m.target) for m in plans[0].moves]
+    tight = {m.vmid for m in plans[0].moves}
     for p in plans[1:]:
-        assert set((m.vmid, m.target) for m in p.moves) <= set(tight)
+        assert {m.vmid for m in p.moves} <= tight     # (a guest may go on further in the tighter one)
 
 
 def test_memory_only_stops_at_the_level_and_moves_less_with_a_looser_threshold():

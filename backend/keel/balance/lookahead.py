@@ -36,6 +36,7 @@ HORIZON = 8
 CANDIDATES = 4               # best moves by gain per GiB, and as many by gain alone
 NEAR_BEST = 0.9              # moves within 10 % of the best gain per GiB count as as good
 MAX_CELLS = 20_000
+HEAT_TIE = 0.01              # moves whose nodes are this close (1 point) count as as extreme
 
 
 @dataclass
@@ -70,9 +71,13 @@ class Budget:
                       self.used_moves, self.used_bytes)
 
 
-def greedy_pick(score: np.ndarray, gain: np.ndarray) -> tuple[int, int] | None:
+def greedy_pick(score: np.ndarray, gain: np.ndarray, heat: np.ndarray | None = None,
+                cur: np.ndarray | None = None) -> tuple[int, int] | None:
     """The greedy choice: of the moves about as good per GiB as the best, the one that does
-    most (fewer migrations for the same GiB).  None when no move is allowed."""
+    most (fewer migrations for the same GiB); with ``heat`` (per node, how far it is above
+    the level) and ``cur`` (each unit's node), the one from the hottest node to the coolest
+    among them first: the extremes go first, as the spread and the peak want.  None when no
+    move is allowed."""
     if not score.size:
         return None
     flat = score.ravel()
@@ -80,7 +85,13 @@ def greedy_pick(score: np.ndarray, gain: np.ndarray) -> tuple[int, int] | None:
     if not np.isfinite(flat[top]):
         return None
     near = np.flatnonzero(flat >= flat[top] * NEAR_BEST)
-    pick = int(near[int(np.argmax(gain.ravel()[near]))])
+    gains = gain.ravel()[near]
+    if heat is not None and cur is not None and len(near) > 1:
+        rows, cols = np.divmod(near, score.shape[1])
+        spread = heat[cur[rows]] - heat[cols]
+        best = spread.max()
+        gains = np.where(spread >= best - HEAT_TIE, gains, -np.inf)
+    pick = int(near[int(np.argmax(gains))])
     row, col = divmod(pick, score.shape[1])
     return row, col
 

@@ -119,6 +119,16 @@ def _blocked_by_anti(unit: Unit, node: str, anti: dict[str, set[str]], placed: d
     return any(placed.get(other) == node for other in anti.get(unit.key, ()))
 
 
+EXTREMES_FIRST = True
+
+
+def _heat(model: LoadModel) -> np.ndarray:
+    """Per node, how far its fullest weighted resource is above that resource's level."""
+    dev = model.utilisation() - model.fluid()
+    weighted = model.weights > 0
+    return np.where(weighted[None, :], dev, -np.inf).max(axis=1)
+
+
 def _delta(model: LoadModel, demand: np.ndarray, source: str | None, target: str) -> float:
     """Change of F if ``demand`` leaves ``source`` (None: comes from nowhere) for ``target``."""
     before = model.objective()
@@ -263,7 +273,7 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
             score = score.copy()
             score[over, :] = -np.inf
-        best = lookahead.greedy_pick(score, gain)
+        best = lookahead.greedy_pick(score, gain, _heat(model) if EXTREMES_FIRST else None, scorer.cur)
         if best is not None and look and gain[best] >= min_gain:
             best = lookahead.choose(scorer, score, gain, best, min_gain, budget, look_done)
         if best is not None and gain[best] >= min_gain and admit is not None \
