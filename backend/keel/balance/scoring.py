@@ -167,17 +167,27 @@ class _Scorer:
         return free
 
     def _update(self, source: int, target: int) -> None:
-        cols = np.array([source, target])
-        self._d_target[:, cols] = self._target_terms(self.rows, cols)
-        self._base_feasible[:, cols] = self._feasibility(self.rows, cols)
+        model = self.model
+        dev = model.utilisation() - model.fluid()
+        for c in (source, target):
+            # one node's column for every unit: views and a matrix-vector product, no copies
+            self._d_target[:, c] = self.share_sq[:, c] + 2 * (self.share_w[:, c, :] @ dev[c])
+            self._base_feasible[:, c] = (self.allowed[:, c] & (self.cur != c)
+                                         & (model.mem_used[c] + self.footprint <= model.mem_cap[c]))
         rows = np.flatnonzero((self.cur == source) | (self.cur == target))
         if len(rows):
             self._d_source[rows] = self._source_terms(rows)
             self._d_target[rows] = self._target_terms(rows, None)
             self._base_feasible[rows] = self._feasibility(rows, None)
-        self._view(self.rows, cols)
+        for c in (source, target):
+            gain = -(self._d_source + self._d_target[:, c])
+            feasible = self._base_feasible[:, c]
+            self.gain[:, c] = gain
+            self.feasible[:, c] = feasible
+            self.score[:, c] = np.where(feasible & (gain > 0), gain / self.cost, -np.inf)
         if len(rows):
             self._view(rows, None)
+        # the rows of units with anti-affinity or soft rules are laid over by ``scores``
 
 
 def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: dict[str, str],
