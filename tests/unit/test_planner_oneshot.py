@@ -161,3 +161,20 @@ def test_the_round_budget_still_holds_in_continuous_mode():
     snap = many_on_one()
     p = make_plan(snap, BalancingSettings(limits=Limits(moves=4)), History(), NOW)
     assert len(p.moves) == 4 and any(s.reason == words.LIMIT for s in p.skipped)
+
+
+def test_a_plan_whose_end_costs_its_gain_keeps_the_beginning_that_is_worth_it():
+    # found by the property test: the tighter plan went on (cooling a hot node raised the
+    # figure), fell under the margin as a whole and was dropped, while the looser one, its
+    # beginning, went ahead: now the longest beginning that is worth it goes ahead
+    from keel.balance.balancer import _worth_beginning
+    from keel.balance.plan import Move
+    snap = cluster([node("a", cpus=8, mem_gib=64), node("b", cpus=8, mem_gib=64)],
+                   [vm(100 + i, "a", cores=2, mem_gib=4, cpu=0.5) for i in range(6)])
+    config = BalancingSettings()
+    model = gen.model(snap, config)
+    good = Move(100, "g100", "qemu", "a", "b", words.BALANCE, "", 3 * GiB)
+    back = Move(200, "g200", "qemu", "b", "a", words.BALANCE, "", 1 * GiB)
+    assert _worth_beginning(model, [good], 0.1) is None              # nothing shorter to keep
+    kept = _worth_beginning(model, [good, back], 0.1)
+    assert [m.vmid for m in kept] == [100]

@@ -80,6 +80,16 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         reason = balance[0].detail
     elif balance:
         cluster_gain, touched_gain, touched = _gain(model, ordered)
+        if touched_gain < settings.margin and not outcome.budget_spent:
+            # the moves that cool a hot node may cost some of the gain: the longest beginning
+            # of the plan that is worth it goes ahead (a looser threshold stops earlier on
+            # the same sequence, so it never moves more than this)
+            kept = _worth_beginning(model, outcome.moves, settings.margin)
+            if kept is not None:
+                ordered, extra = _order(kept, model, cons, settings)
+                skipped += [s for s in extra if s not in skipped]
+                balance = [m for m in ordered if m.reason == words.BALANCE]
+                cluster_gain, touched_gain, touched = _gain(model, ordered)
         nodes = int(model.eligible.sum())
         share = (f"the imbalance of the {touched} nodes it touches by {touched_gain:.0%}, the cluster's by "
                  f"{cluster_gain:.0%}" if touched < nodes else f"the imbalance by {cluster_gain:.0%}")
@@ -177,6 +187,19 @@ def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSett
             if any(g.vmid in retry for g in unit.guests):
                 unit.balance = False
     return outcome, ordered, dropped, left_out
+
+
+def _worth_beginning(model: LoadModel, moves: list[Move], margin: float) -> list[Move] | None:
+    """The plan's mandatory moves and the longest beginning of its balancing moves (in the
+    planner's order) that cuts the imbalance of the nodes it touches by ``margin``."""
+    only = _balance_only(moves)
+    must = [m for m in moves if m.vmid not in only]
+    seq = [m for m in moves if m.vmid in only]
+    for k in range(len(seq) - 1, 0, -1):
+        candidate = must + seq[:k]
+        if _gain(model, candidate)[1] >= margin:
+            return [replace(m, wave=0) for m in candidate]
+    return None
 
 
 def _balance_only(moves: list[Move]) -> set[int]:
