@@ -8,6 +8,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from balance_helpers import cluster, node, violations, vm
+from keel import words
 from keel.balance.balancer import make_plan
 from keel.balance.history import History
 from keel.balance.settings import BalancingSettings, Limits
@@ -74,4 +75,8 @@ def test_a_looser_threshold_never_moves_more(case, tight, loose, oneshot):
     snapshot, config = case
     plans = [make_plan(snapshot, replace(config, threshold=t), History(), NOW, oneshot=oneshot)
              for t in (tight, loose)]
-    assert plans[1].bytes_moved <= plans[0].bytes_moved, [[(m.vmid, m.source, m.target, m.mem_bytes // 2**20, m.detail) for m in p.moves] for p in plans]
+    # what the planner moves; a stop on a third node that the waves need to carry out a
+    # swap (park) is the order's, and a longer plan may need none (found on Debian)
+    moved = [sum(m.mem_bytes for m in p.moves if m.reason != words.PARK) for p in plans]
+    assert moved[1] <= moved[0], [[(m.vmid, m.source, m.target, m.mem_bytes // 2**20, m.detail)
+                                   for m in p.moves] for p in plans]
