@@ -75,10 +75,14 @@ def _snapshot(client: Any, settings: Any) -> Any:
     return snapshot.collect(client, psi=settings.mode == "psi")
 
 
-def _plan(client: Any, settings: Any, store: Store, now: float) -> tuple[Any, Plan]:
+def _plan(client: Any, settings: Any, store: Store, now: float, oneshot: bool = False) -> tuple[Any, Plan]:
+    """``oneshot``: ``keel plan`` and ``keel apply`` plan as far as the level (within
+    ``limits.oneshot``), not one round's budget."""
+    from keel.balance.guestconfig import Reader
     snap = _snapshot(client, settings)
     samples = store.samples(now - settings.window_s)
-    return snap, make_plan(snap, settings, store.history(now), now, samples or None)
+    return snap, make_plan(snap, settings, store.history(now), now, samples or None, oneshot=oneshot,
+                           configs=Reader(client))
 
 
 def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:
@@ -101,7 +105,7 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
         from keel import cli_engine
         return cli_engine.plan(engine, args, env, lambda plan: _print_plan(plan, args, env))
     client, settings, store = _setup(args, env)
-    _, plan = _plan(client, settings, store, time.time())
+    _, plan = _plan(client, settings, store, time.time(), oneshot=True)
     _print_plan(plan, args, env)
     return ExitStatus.OK
 
@@ -190,7 +194,7 @@ def cmd_apply(args: argparse.Namespace, env: Any) -> int:
         return cli_engine.apply(engine, args, env, lambda plan: _print_plan(plan, args, env),
                                 lambda q: _confirm(q, args, env), _printer(env, args.json), _who(env))
     client, settings, store = _setup(args, env)
-    _, plan = _plan(client, settings, store, time.time())
+    _, plan = _plan(client, settings, store, time.time(), oneshot=True)
     if not args.json:
         _print_plan(plan, args, env)
     if not plan.moves:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
+from keel.balance import guestconfig
 from keel.balance.balancer import make_plan
 from keel.balance.executor import Execution, Executor
 from keel.balance.guard import Decision, decide
@@ -78,7 +79,8 @@ class Rounds:
         self.store.add_samples(now, dict(iter_guest_samples(snap)), keep_s=max(settings.window_s * 2, 600))
         history = self.store.history(now)
         samples = self.store.samples(now - settings.window_s) or None
-        plan = make_plan(snap, settings, history, now, samples)
+        plan = make_plan(snap, settings, history, now, samples,
+                         configs=guestconfig.Reader(self.client, self.clock))
         decision = decide(plan, settings, now, history.hold_rounds)
         self.store.put("hold_rounds", decision.hold_rounds)
         result = RoundResult(now, plan, decision, snapshot=snap)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from keel import authz, config as cfg
 from keel.authz import Principal
+from keel.balance import guestconfig
 from keel.balance.balancer import best_node, make_plan
 from keel.balance.journal import Journal
 from keel.balance.plan import Plan
@@ -398,7 +399,8 @@ class Engine:
         snap = self.snapshot(max_age_s=FRESH_S)
         samples = self.store.samples(now - settings.window_s) or None
         return make_plan(snap, settings, self.store.history(now), now, samples, method=method,
-                         may_move=self._movable(principal, snap))
+                         may_move=self._movable(principal, snap), oneshot=True,
+                         configs=guestconfig.Reader(self.client, self.clock))
 
     def _movable(self, principal: Principal | None, snap: Any) -> Callable[[Any], bool] | None:
         if principal is None or principal.is_root:
@@ -445,7 +447,8 @@ class Engine:
                             f"is emptied after it")
         settings = self.config.balancing
         evacuation = replace(settings, limits=replace(settings.limits, moves=0))
-        plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock())
+        plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock(),
+                         configs=guestconfig.Reader(self.client, self.clock))
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
         plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
         return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)

@@ -78,6 +78,7 @@ class Guest:
     boot_s: float
     description: str
     lock: str | None
+    cpu_type: str = ""              # the config's ``cpu`` (host, x86-64-v2-AES, ...); "" = none
 
 
 @dataclass
