@@ -14,13 +14,13 @@ from typing import Any
 
 from keel import words
 from keel.balance.balancer import best_node, make_plan
-from keel.balance.executor import Executor
+from keel.balance.executor import Executor, carry_out
 from keel.balance.plan import Plan
 from keel.errors import ExitStatus, InvalidError, NotFoundError
 from keel.plan_view import render_plan
 from keel.status_view import Style
 from keel.store import Store, default_path
-from keel.units import format_bytes, parse_size
+from keel.units import format_bytes, format_duration, parse_size
 
 
 def add_parsers(sub: Any, add_connection: Any) -> None:
@@ -123,9 +123,10 @@ def _printer(env: Any, as_json: bool) -> Any:
                              f"on {event['target']}: {mark}\n")
         elif event["event"] == "slow":
             env.stdout.write(f"  slow    {event['vmid']} {event['name']}: {event['detail']}\n")
-        elif event["event"] == "wave":
-            n = event["moves"]
-            env.stdout.write(f"wave {event['wave']}: {n} move{'' if n == 1 else 's'}\n")
+        elif event["event"] == "plan" and event.get("total"):
+            n, eta = event["total"], event.get("eta_s")
+            env.stdout.write(f"{n} move{'' if n == 1 else 's'}, up to {event.get('concurrent', 1)} at a time"
+                             + (f", about {format_duration(eta)}" if eta else "") + "\n")
         env.stdout.flush()
     return show
 
@@ -142,7 +143,7 @@ def _confirm(question: str, args: argparse.Namespace, env: Any) -> bool:
 
 
 def _execute(client: Any, settings: Any, store: Store, plan: Plan, env: Any, as_json: bool,
-             who: str) -> int:
+             who: str, replan: Any = None) -> int:
     """Run a plan; the first Ctrl-C lets the running migrations finish and starts no more."""
     cancel = threading.Event()
     executor = Executor(client, settings, store, requested_by=who, on_event=_printer(env, as_json),
@@ -160,16 +161,19 @@ def _execute(client: Any, settings: Any, store: Store, plan: Plan, env: Any, as_
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        result = executor.run(plan)
+        result = carry_out(executor, plan, replan)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     if result.cancelled:
         done = sum(1 for r in result.results if r.ok)
         env.stdout.write(f"Stopped after {done} of {len(plan.moves)} migrations.\n")
-    for item in result.results:
-        if not item.ok:
-            return ExitStatus.TASK_FAILED
+    if result.refused and not as_json:
+        env.stdout.write(f"{len(result.refused)} move{'s' if len(result.refused) != 1 else ''} skipped: "
+                         f"PVE refused {'them' if len(result.refused) != 1 else 'it'} (above); "
+                         f"{'planned again around them' if result.plans > 1 else 'nothing else waited for them'}.\n")
+    if any(not r.ok and not r.refused for r in result.results):
+        return ExitStatus.TASK_FAILED
     return ExitStatus.OK if not result.cancelled else ExitStatus.ERROR
 
 
@@ -204,7 +208,9 @@ def cmd_apply(args: argparse.Namespace, env: Any) -> int:
     if not _confirm(f"Migrate {_guests(len(plan.moves))}?", args, env):
         env.stdout.write("Nothing done.\n")
         return ExitStatus.OK
-    return _execute(client, settings, store, plan, env, args.json, _who(env))
+    # where PVE refuses a move the plan could not foresee, plan again around it
+    return _execute(client, settings, store, plan, env, args.json, _who(env),
+                    replan=lambda: _plan(client, settings, store, time.time(), oneshot=True)[1])
 
 
 def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:

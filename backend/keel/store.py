@@ -112,7 +112,9 @@ class Store:
             db = self._connect()
             try:
                 db.execute("BEGIN")
-                db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?)",
+                # a job that plans again around refused moves begins again under its id
+                db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                           "ended_at=NULL, state='running'",
                            (job_id, kind, requested_by, node, at, None, "running", detail))
                 ids = [int(db.execute(
                     "INSERT INTO moves (plan_id, vmid, name, type, source, target, reason, detail, "

@@ -37,7 +37,7 @@ def test_apply_goes_through_the_engine_and_says_who_asked(node):
     assert status == 0 and out.startswith("PLANNED"), err
     status, out, err = run(["apply", "--yes", "--config", str(config)], tmp_path)
     assert status == 0, out + err
-    assert "wave 1:" in out and ": ok" in out and "FAILED" not in out
+    assert " at a time, about " in out and ": ok" in out and "FAILED" not in out
     moves = engine.call("GET", "/api/history")["moves"]
     assert moves and {m["requested_by"] for m in moves} == {"cli:tester"}
     assert Store(tmp_path / "cli.db").moves() == []          # nothing went around the engine

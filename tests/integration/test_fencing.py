@@ -199,7 +199,8 @@ def test_a_migrate_answer_after_the_timeout_is_recorded_as_what_pve_did(sim_fact
     # the simulated clock at the engine's pace: the task is looked for on the node's clock,
     # which in a real cluster runs as fast as Keel's
     sim = sim_factory(scenario(nodes), clock_factor=1)
-    engines = Engines(sim, tmp_path, nodes, balancing={"limits": {"moves": 2}}, proxmox={"timeout": "2s"})
+    engines = Engines(sim, tmp_path, nodes, balancing={"limits": {"oneshot": {"moves": 2}}},
+                      proxmox={"timeout": "2s"})
     try:
         wait_for(engines.leader, timeout=30)
         sim.control("POST", "faults", {"endpoints": [{"path": "/nodes/*/*/*/migrate", "method": "POST",

@@ -61,6 +61,7 @@ class MoveResult:
     upid: str | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
+    refused: bool = False           # PVE said no before it began: skipped, not a failure of the run
 
 
 @dataclass
@@ -82,13 +83,25 @@ class Execution:
     plan_id: str
     results: list[MoveResult] = field(default_factory=list)
     cancelled: bool = False
-    stopped_early: bool = False     # a failure ended the run before all waves
+    stopped_early: bool = False     # a failed migration ended the run before all moves
     fenced: bool = False            # this engine stopped leading: nothing more was started
     abandoned: bool = False         # the engine stopped: unfinished moves left to the reconciler
+    plans: int = 1                  # how many plans it carried out (plans again around refusals)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results) and not self.stopped_early and not self.cancelled
+        """Every move made, or refused by PVE (skipped, as a plan skips what it knows PVE
+        would refuse), and the run not cut short."""
+        return all(r.ok or r.refused for r in self.results) and not self.stopped_early and not self.cancelled
+
+    @property
+    def refused(self) -> list[MoveResult]:
+        return [r for r in self.results if r.refused]
+
+    def then(self, more: "Execution") -> "Execution":
+        """This run followed by ``more`` (a plan made again around what PVE refused)."""
+        return Execution(self.plan_id, self.results + more.results, more.cancelled, more.stopped_early,
+                         more.fenced, more.abandoned, self.plans + more.plans)
 
 
 class Executor:
@@ -423,7 +436,7 @@ class Executor:
         now = self.clock()
         ok = state == OK
         item.refused = block                # PVE said no to this move: the others may go on
-        item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now)
+        item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now, refused=block)
         self.journal.update(item.entry, state, upid=item.upid, error=error or None)
         if self.store is not None and not ok and block:
             self.store.block(item.move.vmid, now + BLOCK_S, error)
@@ -459,3 +472,27 @@ def find_migration_task(client: PveClient, move: Any, since: float, now: float) 
                        since=int(after), source="all", limit=10)
     found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= after]
     return str(max(found, key=lambda t: float(t.get("starttime") or 0))["upid"]) if found else None
+
+
+REPLANS = 2                 # plans made again around moves PVE refused, after the first
+
+
+def carry_out(executor: Executor, plan: Plan, replan: Callable[[], Plan] | None = None,
+              job_id: str | None = None, kind: str = "apply") -> Execution:
+    """Run ``plan``; where PVE refused moves that the plan could not foresee, plan again
+    from the cluster as it is now (the refused guests are left alone a while: blocked in
+    the store) and run that, up to ``REPLANS`` times, so that one apply ends level rather
+    than short of it."""
+    execution = executor.run(plan, job_id=job_id, kind=kind)
+    for _ in range(REPLANS):
+        if (replan is None or not execution.refused or execution.cancelled or execution.fenced
+                or execution.stopped_early or execution.abandoned):
+            break
+        again = replan()
+        if not again.moves:
+            break
+        log.info("%s: %d moves refused by PVE; planned again around them: %d moves",
+                 execution.plan_id, len(execution.refused), len(again.moves))
+        executor._emit("replanned", refused=len(execution.refused), moves=len(again.moves))
+        execution = execution.then(executor.run(again, job_id=execution.plan_id, kind=kind))
+    return execution

@@ -393,10 +393,11 @@ class Engine:
         considered = self.considered(snap)
         return lambda vmid: principal.can(privilege, f"/vms/{vmid}", considered)
 
-    def plan(self, method: str | None = None, principal: Principal | None = None) -> Plan:
+    def plan(self, method: str | None = None, principal: Principal | None = None,
+             max_age_s: float = FRESH_S) -> Plan:
         now = self.clock()
         settings = self.config.balancing
-        snap = self.snapshot(max_age_s=FRESH_S)
+        snap = self.snapshot(max_age_s=max_age_s)
         samples = self.store.samples(now - settings.window_s) or None
         return make_plan(snap, settings, self.store.history(now), now, samples, method=method,
                          may_move=self._movable(principal, snap), oneshot=True,
@@ -423,7 +424,10 @@ class Engine:
         except BaseException:
             self._execute.release()
             raise
-        return self.jobs.start("apply", requested_by, plan, self._run_plan, self._execute.release)
+        # where PVE refuses a move the plan could not foresee, the job plans again around it
+        replan = lambda: self.plan(method, principal, max_age_s=0.0)   # noqa: E731
+        return self.jobs.start("apply", requested_by, plan, lambda job: self._run_plan(job, replan),
+                               self._execute.release)
 
     def maintenance(self, node: str, enter: bool, requested_by: str, evacuate: bool = True,
                     principal: Principal | None = None) -> Job | None:
@@ -479,12 +483,12 @@ class Engine:
         return Journal(self.store, self.engine_settings.shared_dir, self.node, may_share=self.lease.held,
                        clock=self.clock)
 
-    def _run_plan(self, job: Job) -> None:
-        from keel.balance.executor import Executor
+    def _run_plan(self, job: Job, replan: Callable[[], Plan] | None = None) -> None:
+        from keel.balance.executor import Executor, carry_out
         executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
                             on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s,
                             journal=self._journal(), abandon=self._stop, cancel_reason=lambda: job.cancelled_by)
-        job.execution = executor.run(job.plan, job_id=job.id, kind=job.kind)
+        job.execution = carry_out(executor, job.plan, replan, job_id=job.id, kind=job.kind)
         self._wake.set()
 
     def _error(self, where: str, message: str) -> None:

@@ -67,11 +67,14 @@ class Job:
             count = len(self.events)
             completed = sum(1 for e in self.events if e.get("event") in ("done", "failed", "not_started"))
             succeeded = sum(1 for e in self.events if e.get("event") == "done")
+            # a job that plans again around refused moves has more moves than its first plan
+            total = sum(int(e.get("total") or 0) for e in self.events if e.get("event") == "plan") \
+                or len(self.plan.moves)
         return {
             "id": self.id, "kind": self.kind, "state": self.state, "requested_by": self.requested_by,
             "started_at": self.started_at, "ended_at": self.ended_at, "cancelled_by": self.cancelled_by,
             "error": self.error,
-            "progress": {"completed": completed, "total": len(self.plan.moves),
+            "progress": {"completed": completed, "total": total,
                          "ok": succeeded},
             "plan": {"verdict": self.plan.verdict, "reason": self.plan.reason,
                      "moves": [m.to_json() for m in self.plan.moves]},
