@@ -65,15 +65,22 @@ class Store:
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as db:
+            db = self._connect()
+            try:
                 db.executescript(_SCHEMA)
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            finally:
+                db.close()     # (`with db:` only commits: the connection stays open)
         except (OSError, sqlite3.Error) as err:
             raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def _run(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
