@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-debian bench schema clean ui deb deb-build deb-lint test-package \
-        test-package-deb test-package-13 deb-clean-12 deb-clean-13
+        test-package-deb test-package-13 test-debian-13 deb-clean-12 deb-clean-13
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,9 +91,12 @@ test-package-deb:
 # In a fresh debootstrap chroot of Debian 13 (root; tools/debian-chroot, outside the checkout):
 # `make deb-build` with build-essential and the Build-Depends alone, both lintians' verdicts,
 # then `make test-package-deb` on the .deb this machine built (`make test-package` first).
-# deb-clean-12 and deb-clean-13: the clean build and lintian only.
+# deb-clean-12 and deb-clean-13: the clean build and lintian only; test-debian-13: then
+# `make test-debian` on Debian 13's python3 and libraries.
 test-package-13:
 	tools/debian-chroot trixie test-package
+test-debian-13:
+	tools/debian-chroot trixie test-debian
 deb-clean-12:
 	tools/debian-chroot bookworm build
 deb-clean-13:

@@ -158,3 +158,12 @@ def test_maintainer_scripts_are_sh_and_never_write_to_etc_pve():
             code = line.split("#", 1)[0] if not line.lstrip().startswith("echo") else ""
             if "/etc/pve" in code:
                 assert not writes.search(code.replace(">&2", "").replace(">/dev/null", "")), line
+
+
+def test_the_man_page_header_from_either_argparse_manpage():
+    """Debian 12's argparse-manpage 1.2 and 13's 4.x write different .TH lines: both become ours."""
+    for first in ('.TH keel "1" Manual page for keel 0.1.0', '.TH KEEL "1" "2026\\-11\\-30" "keel" "Generated Python Manual"'):
+        page = subprocess.run(["sh", str(DEBIAN / "man-finish"), "0.1.0"], input=f"{first}\n.SH NAME\nkeel\n",
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+        assert page[:3] == ['.TH KEEL 1 "" "keel 0.1.0" "Keel manual"', ".SH NAME",
+                            "keel \\- keeps a Proxmox VE cluster level and runs CI runners on it"], first
