@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench schema clean ui deb deb-build deb-lint test-package \
+.PHONY: demo test test-debian bench chaos schema clean ui deb deb-build deb-lint test-package extjs \
         test-package-deb test-package-13 test-debian-13 deb-clean-12 deb-clean-13
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
@@ -14,16 +14,25 @@ $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# ExtJS (GPL, npm) for the web UI harness: a test and demo dependency, never shipped.
+# ExtJS (GPL) and Font Awesome for the web UI harness, as www/package-lock.json pins them:
+# a test and demo dependency, never shipped.  tools/fetch-npm takes the npm registry's
+# tarballs and checks their integrity hashes; no node or npm needed (`npm ci` in www/
+# installs the same files).
 EXTJS := www/node_modules/extjs-gpl/build/ext-all.js
 
-$(EXTJS): www/package.json www/package-lock.json
-	cd www && npm ci --no-audit --no-fund --ignore-scripts
+$(EXTJS): www/package.json www/package-lock.json | $(STAMP)
+	$(PY) tools/fetch-npm www
 	touch $@
 
-demo: $(STAMP) $(EXTJS) ui
-	$(VENV)/bin/keel demo --harness www
+extjs: $(EXTJS)
 
+# The command-line story always runs; without ExtJS (no network, say) the demo says what
+# is missing and keeps the simulator running.  DEMO_ARGS="--port 9443": keel-web's port.
+demo: $(STAMP) ui
+	@$(PY) tools/fetch-npm www || true
+	$(VENV)/bin/keel demo --harness www $(DEMO_ARGS)
+
+# The whole suite: 10-20 minutes on 2 cores (docs/development.md).
 test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q
 
@@ -44,6 +53,13 @@ bench: $(STAMP)
 	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
+
+# The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials
+# from KEEL_CHAOS_SEED (a new one each run unless given; printed, to run a failure again).
+chaos: $(STAMP)
+	@seed=$${KEEL_CHAOS_SEED:-$$(date +%s)}; echo "chaos: seed $$seed, $${KEEL_CHAOS_TRIALS:-200} trials"; \
+	KEEL_CHAOS_SEED=$$seed KEEL_CHAOS_TRIALS=$${KEEL_CHAOS_TRIALS:-200} \
+	    $(PY) -m pytest -q tests/integration/test_chaos.py
 
 # The web UI plugin: one flat file, like pve-manager's pvemanagerlib.js, built from
 # pve-ui/src/*.js in name order.

@@ -118,10 +118,12 @@ def _printer(env: Any, as_json: bool) -> Any:
         elif event["event"] == "start":
             env.stdout.write(f"  start   {event['vmid']} {event['name']}: {event['source']} -> "
                              f"{event['target']} ({event['reason']})\n")
-        elif event["event"] in ("done", "failed"):
-            mark = "ok" if event["event"] == "done" else f"FAILED: {event['error']}"
+        elif event["event"] in ("done", "failed", "not_started"):
+            mark = {"done": "ok", "failed": f"FAILED: {event['error']}"}.get(event["event"], event["error"])
             env.stdout.write(f"  [{event['completed']}/{event['total']}] {event['vmid']} {event['name']} "
                              f"on {event['target']}: {mark}\n")
+        elif event["event"] == "slow":
+            env.stdout.write(f"  slow    {event['vmid']} {event['name']}: {event['detail']}\n")
         elif event["event"] == "wave":
             n = event["moves"]
             env.stdout.write(f"wave {event['wave']}: {n} move{'' if n == 1 else 's'}\n")

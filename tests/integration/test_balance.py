@@ -3,6 +3,7 @@ maintenance, and a day of noisy load in continuous mode without flapping."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -156,6 +157,47 @@ def test_a_failed_migration_leaves_the_guest_and_blocks_it(sim, tmp_path):
     again = make_plan(snapshot.collect(client), settings, history, sim_clock(sim)())
     assert victim.vmid not in {m.vmid for m in again.moves}
     assert any(s.vmid == victim.vmid and s.reason in (words.COOLDOWN, words.BLOCKED) for s in again.skipped)
+
+
+def test_a_migration_slower_than_move_timeout_is_followed_to_its_end(sim, tmp_path):
+    """Issue 13: a slow migration used to be recorded failed ("still not done after ...")
+    while PVE went on and moved the guest."""
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(limits=Limits(moves=1, move_timeout_s=5))
+    plan = make_plan(snapshot.collect(client), settings)
+    move = max((m for m in plan.moves if not m.ha_sid), key=lambda m: m.mem_bytes)
+    assert move.mem_bytes > 10 * 2**30                               # takes longer than 5 s to copy
+    plan = dataclasses.replace(plan, moves=(dataclasses.replace(move, wave=0),))
+    events = []
+    result = Executor(client, settings, store, "test", events.append, clock=sim_clock(sim),
+                      sleep=sim.advance, poll_s=2).run(plan)
+    assert result.ok, result.results
+    assert [e["event"] for e in events].count("slow") == 1
+    assert where(sim)[move.vmid] == move.target
+    [row] = store.moves()
+    assert row["status"] == "ok" and row["upid"] and row["error"] is None
+
+
+def test_a_migration_whose_task_cannot_be_read_is_judged_by_where_the_guest_is(sim, tmp_path):
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(limits=Limits(moves=1, move_timeout_s=10))
+    plan = make_plan(snapshot.collect(client), settings)
+    move = next(m for m in plan.moves if not m.ha_sid)
+    plan = dataclasses.replace(plan, moves=(dataclasses.replace(move, wave=0),))
+    lost = []
+
+    def sleep(seconds):
+        if not lost:                        # the source node goes while the guest is copied
+            sim.control("POST", f"nodes/{move.source}", {"online": False})
+            lost.append(move.source)
+        sim.advance(seconds)
+    result = Executor(client, settings, store, "test", clock=sim_clock(sim), sleep=sleep, poll_s=2).run(plan)
+    [outcome] = result.results
+    assert not outcome.ok and "could not be followed for 10s" in outcome.error
+    assert f"the guest is on {move.source}" in outcome.error
+    assert store.moves()[0]["status"] == "failed"
 
 
 def test_pve_refusing_a_move_is_caught_before_migrating(sim_factory, tmp_path):

@@ -7,6 +7,7 @@ measures.  ``best_node`` answers "where would Keel put a new guest of this size?
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -16,9 +17,9 @@ from keel import words
 from keel.balance import loads, sequence
 from keel.balance.history import History
 from keel.balance.loads import LoadModel, Samples
-from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
+from keel.balance.plan import Figures, Move, NodeLoad, Plan, Skip, State
 from keel.balance.planner import _figure, _triggered, plan_keel
-from keel.balance.rules import Constraints, compile_rules
+from keel.balance.rules import Constraints, compile_rules, eligible_nodes
 from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Snapshot
 
@@ -64,35 +65,39 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
     elif balance and outcome.margin_checked:
         reason = balance[0].detail
     elif balance:
-        cluster_gain, touched_gain, touched = _gain(model, ordered)
+        cluster_gain, touched_gain, touched, change = _gain(model, ordered)
         nodes = int(model.eligible.sum())
         share = (f"the imbalance of the {touched} nodes it touches by {touched_gain:.0%}, the cluster's by "
                  f"{cluster_gain:.0%}" if touched < nodes else f"the imbalance by {cluster_gain:.0%}")
+        share += f" ({change[0]:.2f} → {change[1]:.2f})"
+        mandatory = len(_net([m for m in ordered if m.vmid not in _balance_only(ordered)]))
+        first = (f"{mandatory} mandatory move{'s' if mandatory != 1 else ''}: imbalance "
+                 f"{before.figures.keel:.2f} → {change[0]:.2f}; then " if mandatory else "")
         if outcome.budget_spent:
-            reason = (f"cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
+            reason = (f"{first}cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
                       f"later rounds go on")
         elif touched_gain < settings.margin:
             ordered, extra = _order(_without_balance(ordered), model, cons, settings)
             skipped += extra
             verdict = words.NOT_WORTH_IT
-            reason = f"the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
+            reason = f"{first}the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
         else:
-            reason = f"cuts {share} with {len(balance)} balancing moves"
+            reason = f"{first}cuts {share} with {len(balance)} balancing moves"
     after_model = model.copy()
     for move in _net(ordered):
         after_model.move([move.vmid], move.source, move.target)
     after = _state(after_model, cons, snapshot, ordered)
     if verdict == words.PLANNED:
         if not ordered:
-            figure = _figure(before.figures, settings)
+            figure = f"{FIGURE_NAMES[settings.imbalance]} {_figure(before.figures, settings):.2f}"
             if outcome.stuck:
                 verdict, reason = words.STUCK, "imbalanced, but no allowed move helps (see skipped)"
             elif _triggered(model, settings):
                 verdict = words.STUCK
-                reason = f"imbalance {figure:.2f} is over the threshold, but no move is allowed"
+                reason = f"{figure} is over the threshold, but no move is allowed"
             else:
                 verdict = words.BALANCED
-                reason = (f"imbalance {figure:.2f} is within the threshold {settings.threshold:.2f}"
+                reason = (f"{figure} is within the threshold {settings.threshold:.2f}"
                           + (f" and no node is above {settings.hotspot:.0%}" if settings.hotspot else ""))
         elif not reason:
             kinds = sorted({m.reason for m in ordered})
@@ -144,10 +149,26 @@ def _without_balance(moves: list[Move]) -> list[Move]:
     return [replace(m, wave=0) for m in moves if m.vmid not in only]
 
 
-def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int]:
-    """How much the balancing moves cut the objective: over the cluster, and over the nodes
-    they touch (so that on 64 nodes a plan moving guests between 4 of them is judged by
-    those 4), and how many nodes they touch."""
+# What the threshold is compared with, as plans name it (docs/balancing.md, "The imbalance").
+FIGURE_NAMES = {"keel": "imbalance", "pve": "PVE's CRS figure", "spread": "spread"}
+
+
+def imbalance(snapshot: Snapshot, settings: BalancingSettings, maintenance: Any = (),
+              samples: Samples | None = None) -> Figures:
+    """The cluster's figures as a plan made now shows them before its moves
+    (``plan.before.figures``): over the nodes Keel may balance onto, in the settings' mode.
+    ``maintenance``: nodes in maintenance besides the settings' (the engine's store)."""
+    eligible = eligible_nodes(snapshot, settings, set(maintenance))
+    return loads.build(snapshot, settings, eligible, samples).figures()
+
+
+def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int, tuple[float, float]]:
+    """How much the balancing moves cut the imbalance (the figure shown, not the squared
+    objective): over the cluster, and over the nodes they touch (so that on 64 nodes a plan
+    moving guests between 4 of them is judged by those 4), and how many nodes they touch.
+    The figure is a root mean square, so over a set of nodes it falls as the square root of
+    the sum of their terms.  Last, the cluster's imbalance before and after them (after any
+    mandatory moves), for the plan's reason: the percentage is taken on those two."""
     only = _balance_only(ordered)
     before = model.copy()
     for move in _net([m for m in ordered if m.vmid not in only]):
@@ -161,9 +182,9 @@ def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int]:
     index = [before.index[n] for n in touched if n in before.index]
     total = float(terms_before.sum())
     part = float(terms_before[index].sum())
-    cluster = (total - float(terms_after.sum())) / total if total > 0 else 0.0
-    local = (part - float(terms_after[index].sum())) / part if part > 0 else 0.0
-    return cluster, local, len(index)
+    cluster = 1.0 - math.sqrt(max(0.0, float(terms_after.sum())) / total) if total > 0 else 0.0
+    local = 1.0 - math.sqrt(max(0.0, float(terms_after[index].sum())) / part) if part > 0 else 0.0
+    return cluster, local, len(index), (before.figures().keel, after.figures().keel)
 
 
 def _net(moves: list[Move]) -> list[Move]:

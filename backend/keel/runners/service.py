@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from keel.errors import KeelError
+from keel.errors import FencedError, KeelError
 from keel.pve.client import PveClient, Target
 from keel.runners import fleet, status as status_view, webhooks
 from keel.runners.demand import SetState, apply_message, apply_webhook, matches
@@ -55,14 +55,17 @@ MIN_POLL_S = 0.5
 
 class RunnerService:
     def __init__(self, settings: RunnersSettings, pve_client: PveClient | None, store_path: Any,
-                 clock: Callable[[], float] = time.time, owner: str | None = None):
+                 clock: Callable[[], float] = time.time, owner: str | None = None,
+                 fence: Callable[[str], None] | None = None):
         self.settings = settings
+        self.fence = fence                # the engine's leader fence: every write checks it first
         self.clock = clock
         self.installation = settings.installation_id
         self.owner = owner or f"keel@{socket.gethostname()}"
         self.lock = threading.RLock()
         self.store = RunnerStore(store_path, settings.events_max_count, settings.events_max_age_s)
         self.github = GitHubClient(settings.github, clock)
+        self.github.fence = fence
         self.providers = {p.name: ProxmoxProvider(p, self._connector(p, pve_client))
                           for p in settings.providers}
         self.placement = Placement(settings.reconcile_interval_s)
@@ -99,7 +102,7 @@ class RunnerService:
             secret = read_secret(str(settings.token_secret_path), f"API token secret of {settings.name}")
             verify: bool | str = settings.ca_file or settings.verify_tls
             target = Target.from_url(settings.url, verify=verify, timeout_s=settings.timeout_s)
-            return PveClient(target.with_token(f"{settings.token_id}={secret}"))
+            return PveClient(target.with_token(f"{settings.token_id}={secret}"), fence=self.fence)
         return connect
 
     # -- the interface the engine hosts ------------------------------------------------------------
@@ -403,7 +406,17 @@ class RunnerService:
         return any(r.phase in CREATING or r.phase in REMOVING or r.done for r in self.runners.values())
 
     def _settle(self, stop: threading.Event) -> None:
-        """Carry runners being created or removed to a resting point; create nothing new."""
+        """Carry runners being created or removed to a resting point; create nothing new.
+        Not when this engine stopped leading: then nothing may be done, and the next leader
+        adopts them as they are."""
+        try:
+            if self.fence is not None:
+                self.fence("carrying runners in flight to rest")
+        except FencedError:
+            log.info("not the leader: runners in flight are left as they are for the next leader")
+            with self.lock:
+                self._snapshot(save=True)
+            return
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline:
             with self.lock:

@@ -164,6 +164,7 @@ class EndpointFault:
     status: int = 500
     message: str = "simulated failure"
     latency_s: float = 0.0
+    reply_latency_s: float = 0.0    # the request is carried out, then its answer held back this long
     count: int | None = None        # fail this many times, then stop (None: forever)
 
 
