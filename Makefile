@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/planner.py || status=1; \
 	$(PY) tests/bench/web.py || status=1; \
 	$(PY) tests/bench/web_slow.py || status=1; \
+	$(PY) tests/bench/streaming.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	exit $$status
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from balance_helpers import cluster, node, violations, vm
+from balance_helpers import cluster, node, streamed_violations, violations, vm
 from keel.balance.balancer import make_plan
 from keel.balance.history import History
 from keel.balance.settings import BalancingSettings, Limits
@@ -55,3 +55,15 @@ def test_no_plan_breaks_a_rule_or_overcommits_memory(case):
     snapshot, config = case
     plan = make_plan(snapshot, config, History(), NOW)
     check(snapshot, config, plan)
+
+
+@given(clusters(), st.data())
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_streamed_execution_never_breaks_a_rule_or_overcommits_memory(case, data):
+    """The executor starts a move as soon as what it depends on has ended and a slot is
+    free: whatever each migration takes, no moment breaks a rule or a limit."""
+    snapshot, config = case
+    plan = make_plan(snapshot, config, History(), NOW)
+    durations = [data.draw(st.floats(1.0, 600.0), label=f"duration of {m.vmid}") for m in plan.moves]
+    problems = streamed_violations(snapshot, config, plan, durations)
+    assert not problems, problems

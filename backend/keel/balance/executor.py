@@ -1,14 +1,18 @@
-"""Running a plan on the cluster: wave by wave, each move checked, started and followed.
+"""Running a plan on the cluster: each move checked, started as soon as it is safe, and
+followed.
 
 For each move: ask PVE first (``GET .../migrate``, which knows about passthrough devices,
 storages and HA blockers that the snapshot cannot see); then migrate — HA guests through
 the HA manager (``/cluster/ha/resources/{sid}/migrate`` or ``relocate``), judged done
 when the CRM reports the guest started on the target (the queueing task says nothing);
-others with the guest migrate API, followed by their task.  A move that fails leaves the
-guest where it is; PVE's refusals block the guest for a while so the next plan does not
-try again at once.  When a wave has a failure, no further wave starts: the caller plans
-again from fresh state.  ``cancel`` stops new moves from starting; running migrations
-finish (interrupting one half-way helps nobody).
+others with the guest migrate API, followed by their task.  Moves stream through the
+slots (``keel.balance.slots``): one starts as soon as the moves it depends on have ended
+and ``concurrent`` and ``per_node`` allow, not when a whole wave is done.  A move PVE
+refuses is left alone for a while (the next plan does not try it again at once) and the
+rest goes on, except the moves that waited for it.  A migration that fails stops further
+starts: the caller plans again from fresh state.  ``cancel`` stops new moves from
+starting; running migrations finish (interrupting one half-way helps nobody).  Progress
+events carry an ETA played forward from the migration speed measured so far.
 
 Every move is accounted for (``keel.balance.journal``): the job and its moves are written
 before the first starts, and each move's state as it changes.  Nothing is recorded that
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from keel import words
+from keel.balance import slots
 from keel.balance.history import FAILED, NOT_STARTED, OK, RUNNING, STARTING
 from keel.balance.journal import Entry, Journal
 from keel.balance.plan import Move, Plan
@@ -67,6 +72,7 @@ class _Running:
     ha_seen_moving: bool = False
     result: MoveResult | None = None
     unanswered: str | None = None       # the migrate request got no answer: why
+    refused: bool = False               # PVE refused this move before it began (not a failure of the run)
     slow_said: bool = False
     unreadable_since: float | None = None
 
@@ -107,46 +113,90 @@ class Executor:
         self._comigrating: set[str] = set()    # HA sids the CRM moves along with a partner
 
     def run(self, plan: Plan, job_id: str | None = None, kind: str = "apply") -> Execution:
+        """Carry out ``plan``: each move starts as soon as it is safe and a slot is free
+        (``keel.balance.slots``), and is followed to its end."""
         execution = Execution(job_id or uuid.uuid4().hex[:12])
-        total = len(plan.moves)
-        entries = self.journal.begin(execution.plan_id, kind, self.requested_by, plan.moves, plan.reason)
-        entry_of = {id(m): e for m, e in zip(plan.moves, entries)}
-        waves = sorted({m.wave for m in plan.moves})
-        self._emit("plan", total=total, waves=len(waves), plan_id=execution.plan_id)
+        moves = list(plan.moves)
+        total = len(moves)
+        entries = self.journal.begin(execution.plan_id, kind, self.requested_by, moves, plan.reason)
+        deps = slots.dependencies(moves)
+        limits = slots.Slots(self.settings.limits.concurrent, self.settings.limits.per_node)
+        waiting = list(range(total))
+        running: dict[int, _Running] = {}
+        ended_ok: set[int] = set()
+        self._emit("plan", total=total, waves=len({m.wave for m in moves}), plan_id=execution.plan_id,
+                   concurrent=limits.concurrent, eta_s=round(self._eta(moves, deps, limits, waiting, {},
+                                                                         ended_ok, []), 1))
         try:
-            for wave in waves:
-                if self.cancel.is_set() or execution.fenced:
-                    execution.cancelled = True
-                    break
-                batch = [m for m in plan.moves if m.wave == wave]
-                self._emit("wave", wave=wave, moves=len(batch))
-                running = []
-                for move in batch:
-                    if self.cancel.is_set() or execution.fenced:
-                        break
-                    item = self._start(move, entry_of[id(move)], execution)
-                    running.append(item)
-                self._follow(running)
+            while waiting or running:
                 if self.abandon.is_set():
                     execution.abandoned = True
                     break
-                for item in running:
-                    assert item.result is not None
-                    execution.results.append(item.result)
-                    self._emit(_EVENT[item.entry.state], **_describe(item.result.move),
-                               upid=item.result.upid, error=item.result.error,
-                               completed=len(execution.results), total=total)
-                if len(running) < len(batch) or execution.fenced:
+                if self.cancel.is_set() and not execution.fenced:
                     execution.cancelled = True
+                stopping = execution.cancelled or execution.fenced or execution.stopped_early
+                if not stopping:
+                    self._not_reachable(moves, deps, waiting, running, ended_ok, entries)
+                    for i in limits.startable(moves, deps, waiting, list(running), ended_ok):
+                        if self.cancel.is_set() or execution.fenced:
+                            break
+                        waiting.remove(i)
+                        running[i] = self._start(moves[i], entries[i], execution)
+                elif not running:
                     break
-                if any(not item.result.ok for item in running if item.result):
-                    execution.stopped_early = wave != waves[-1]
-                    break
+                for i, item in list(running.items()):
+                    if item.result is None:
+                        self._poll(item)
+                    if item.result is None:
+                        continue
+                    del running[i]
+                    execution.results.append(item.result)
+                    if item.result.ok:
+                        ended_ok.add(i)
+                    elif not item.refused and item.entry.state == FAILED:
+                        execution.stopped_early = bool(waiting)   # a migration failed: start no more
+                    self._emit(_EVENT[item.entry.state], **_describe(item.result.move), upid=item.result.upid,
+                               error=item.result.error, completed=len(execution.results), total=total,
+                               eta_s=round(self._eta(moves, deps, limits, waiting, running, ended_ok,
+                                                     execution.results), 1))
+                if execution.fenced:
+                    execution.cancelled = True
+                if running and not any(item.result is not None for item in running.values()):
+                    self.sleep(self.poll_s)
+                elif not running and waiting and not limits.startable(moves, deps, waiting, [], ended_ok) \
+                        and not stopping:
+                    self._not_reachable(moves, deps, waiting, running, ended_ok, entries, final=True)
         finally:
             self._close(execution, entries)
         self._emit("finished", ok=execution.ok, cancelled=execution.cancelled,
                    completed=sum(r.ok for r in execution.results), total=total)
         return execution
+
+    def _not_reachable(self, moves: list[Move], deps: list[set[int]], waiting: list[int],
+                       running: dict[int, _Running], ended_ok: set[int], entries: list[Entry],
+                       final: bool = False) -> None:
+        """Moves that wait for one that did not end well never start: said now, with why."""
+        for i in list(waiting):
+            failed = [j for j in deps[i] if j not in ended_ok and j not in running and j not in waiting]
+            if not failed and not final:
+                continue
+            waiting.remove(i)
+            first = moves[failed[0]] if failed else None
+            why = (f"not started: it waited for {first.name} ({first.vmid}) to leave or reach "
+                   f"{', '.join(sorted(slots.touches(first) & slots.touches(moves[i])))}, which did not happen"
+                   if first else "not started: no safe moment came")
+            self.journal.update(entries[i], NOT_STARTED, error=why)
+            self._emit("not_started", **_describe(moves[i]), error=why)
+
+    def _eta(self, moves: list[Move], deps: list[set[int]], limits: slots.Slots, waiting: list[int],
+             running: dict[int, _Running], ended_ok: set[int], results: list[MoveResult]) -> float:
+        """Seconds left, from the plan's estimates scaled by how long migrations took so far."""
+        took = [(r.ended_at - r.started_at, r.move.est_seconds) for r in results if r.ok and r.move.est_seconds > 0]
+        scale = (sum(t for t, _ in took) / sum(e for _, e in took)) if took else 1.0
+        now = self.clock()
+        left = {i: max(0.0, moves[i].est_seconds * scale - (now - item.started_at)) for i, item in running.items()}
+        expected = {i: moves[i].est_seconds * scale for i in waiting}
+        return slots.eta(moves, deps, limits, waiting, left, ended_ok, expected)
 
     def _close(self, execution: Execution, entries: list[Entry]) -> None:
         """Say why each move that never began did not, and end the job in the journal."""
@@ -268,28 +318,22 @@ class Executor:
 
     # -- following ------------------------------------------------------------------------
 
-    def _follow(self, running: list[_Running]) -> None:
+    def _poll(self, item: _Running) -> None:
+        """One look at a running move."""
         timeout = self.settings.limits.move_timeout_s
-        while not self.abandon.is_set():
-            waiting = [item for item in running if item.result is None]
-            if not waiting:
-                return
-            for item in waiting:
-                try:
-                    if item.unanswered is not None:
-                        self._find_out(item)
-                    else:
-                        self._check(item)
-                    item.unreadable_since = None
-                except KeelError as err:
-                    log.warning("checking %s: %s", item.move.name, err)
-                    self._unreadable(item, str(err), timeout)
-                if item.result is None and not item.slow_said and self.clock() - item.started_at > timeout:
-                    item.slow_said = True      # said once; followed to its end all the same
-                    self._emit("slow", **_describe(item.move), upid=item.upid,
-                               detail=f"still migrating after {timeout:.0f}s; followed until PVE says it ended")
-            if any(item.result is None for item in running):
-                self.sleep(self.poll_s)
+        try:
+            if item.unanswered is not None:
+                self._find_out(item)
+            else:
+                self._check(item)
+            item.unreadable_since = None
+        except KeelError as err:
+            log.warning("checking %s: %s", item.move.name, err)
+            self._unreadable(item, str(err), timeout)
+        if item.result is None and not item.slow_said and self.clock() - item.started_at > timeout:
+            item.slow_said = True          # said once; followed to its end all the same
+            self._emit("slow", **_describe(item.move), upid=item.upid,
+                       detail=f"still migrating after {timeout:.0f}s; followed until PVE says it ended")
 
     def _unreadable(self, item: _Running, error: str, timeout: float) -> None:
         """Its task cannot be read (its node is gone, PVE does not answer): after
@@ -378,6 +422,7 @@ class Executor:
     def _finish(self, item: _Running, state: str, error: str, block: bool) -> None:
         now = self.clock()
         ok = state == OK
+        item.refused = block                # PVE said no to this move: the others may go on
         item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now)
         self.journal.update(item.entry, state, upid=item.upid, error=error or None)
         if self.store is not None and not ok and block:

@@ -123,10 +123,13 @@ class Plan:
 
     @property
     def est_seconds(self) -> float:
-        per_wave: dict[int, float] = {}
-        for move in self.moves:
-            per_wave[move.wave] = max(per_wave.get(move.wave, 0.0), move.est_seconds)
-        return sum(per_wave.values())
+        """How long the moves take, streamed through the executor's slots as it runs them."""
+        from keel.balance import slots
+        limits = self.config.get("limits") or {}
+        moves = list(self.moves)
+        return slots.eta(moves, slots.dependencies(moves),
+                         slots.Slots(int(limits.get("concurrent", 2)), int(limits.get("per_node", 1))),
+                         list(range(len(moves))), {}, set(), {i: m.est_seconds for i, m in enumerate(moves)})
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -134,8 +134,7 @@ class PveClient:
         session = getattr(self._api, "_store", {}).get("session")
         if session is not None:
             session.hooks["response"].append(self._remember_errors)
-            if fence is not None:
-                session.mount("https://", _FencedAdapter(fence))
+            session.mount("https://", _Adapter(fence, target.timeout_s))
         elif fence is not None:
             raise AssertionError("proxmoxer keeps no session here: the fence cannot be put in place")
 
@@ -201,20 +200,25 @@ class PveClient:
         raise AssertionError("unreachable")
 
 
-class _FencedAdapter(requests.adapters.HTTPAdapter):
-    """Checks the fence as late as it can be checked: as the request goes out, after
-    proxmoxer and requests have built it, so that a process that stalls between the check
-    and the socket has the least time to do so (docs/service.md, "What the fence cannot
-    do")."""
+class _Adapter(requests.adapters.HTTPAdapter):
+    """Every request Keel sends to PVE goes out here.  It checks the fence as late as it can
+    be checked, after proxmoxer and requests have built the request, so that a process that
+    stalls between the check and the socket has the least time to do so (docs/service.md,
+    "What the fence cannot do").  And it gives every request the client's timeout:
+    proxmoxer 1.2 (Debian 12) applies its ``timeout`` to the login only, so a call to a
+    PVE that stopped answering would wait for ever."""
 
-    def __init__(self, fence: Callable[[str], None]):
+    def __init__(self, fence: Callable[[str], None] | None, timeout_s: float):
         super().__init__()
         self.fence = fence
+        self.timeout_s = timeout_s
 
     def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
-        if request.method != "GET":
+        if request.method != "GET" and self.fence is not None:
             path = urlsplit(request.url or "").path
             self.fence(f"{request.method} {path.removeprefix('/api2/json')}")
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self.timeout_s
         return super().send(request, *args, **kwargs)
 
 
