@@ -4,9 +4,16 @@
 """keel-inject: add or remove the one marked line that loads Keel's web UI plugin in
 Proxmox VE's page template, /usr/share/pve-manager/index.html.tpl.
 
-    keel-inject apply  [--template FILE] [--ver VERSION]
+    keel-inject apply  [--template FILE] [--ver VERSION] [--from ORIGINAL]
     keel-inject remove [--template FILE]
-    keel-inject status [--template FILE]
+    keel-inject status [--template FILE] [--from ORIGINAL]
+
+The Debian package diverts pve-manager's template (``dpkg-divert``: dpkg puts pve-manager's
+copy at ``index.html.tpl.distrib``) and runs ``apply --from index.html.tpl.distrib``: the
+template is then made afresh from pve-manager's copy, which is never changed, so
+``dpkg --verify pve-manager`` stays clean (docs/packaging.md).  When the original is gone
+(pve-manager removed), the made template goes too.  Without ``--from``, ``apply`` and
+``remove`` edit the template in place.
 
 The line goes right after the line that loads ``pvemanagerlib.js`` (so every PVE class
 exists when the plugin runs), or, when there is no such line, before a line that starts
@@ -117,17 +124,17 @@ def insert(text: bytes, ver: str = "") -> tuple[bytes, str]:
     return text, ""
 
 
-def _write(path: str, data: bytes) -> None:
-    """Atomically: a temporary file beside it with its mode and owner, then rename; a
-    failure is ``Refused`` with the system's reason."""
+def _write(path: str, data: bytes, like: str | None = None) -> None:
+    """Atomically: a temporary file beside it with its mode and owner (or those of ``like``),
+    then rename; a failure is ``Refused`` with the system's reason."""
     try:
-        _replace(path, data)
+        _replace(path, data, like)
     except OSError as e:
         raise Refused(f"cannot write {path}: {e.strerror}") from None
 
 
-def _replace(path: str, data: bytes) -> None:
-    st = os.stat(path)
+def _replace(path: str, data: bytes, like: str | None = None) -> None:
+    st = os.stat(like or path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".keel-inject.", dir=directory)
     try:
@@ -172,6 +179,32 @@ def apply(path: str = TEMPLATE, ver: str = "") -> str:
     return f"{path}: now loads {SRC} {where}"
 
 
+def generate(original: str, path: str = TEMPLATE, ver: str = "") -> str:
+    """Make the template from pve-manager's diverted copy ``original``, with our line; a
+    sentence saying what happened.  Without the original, remove the made template."""
+    text = _read(original)
+    current = _read(path)
+    if text is None:
+        if current is None:
+            return f"{original} not found: Proxmox VE's web UI (pve-manager) is not installed here; nothing to do"
+        try:
+            os.unlink(path)
+        except OSError as e:
+            raise Refused(f"cannot remove {path}: {e.strerror}") from None
+        return f"{original} not found (pve-manager was removed): removed the template made from it, {path}"
+    new, where = insert(strip(text), ver)
+    if not where:                   # the page must still work: the original, unchanged
+        new = strip(text)
+        what = f"{path}: a copy of {original}, which has no line loading pvemanagerlib.js and no </head> line; " \
+               f"the Keel panel is not added"
+    else:
+        what = f"{path}: made from {original}, loads {SRC} {where}"
+    if new == current:
+        return f"{what} (nothing changed)"
+    _write(path, new, like=original)
+    return what
+
+
 def remove(path: str = TEMPLATE) -> str:
     text = _read(path)
     if text is None:
@@ -183,8 +216,15 @@ def remove(path: str = TEMPLATE) -> str:
     return f"{path}: Keel line removed"
 
 
-def status(path: str = TEMPLATE) -> str:
+def status(path: str = TEMPLATE, original: str | None = None) -> str:
     text = _read(path)
+    if original is not None:
+        made = _read(original)
+        if made is None:
+            return (f"{original} not found: Proxmox VE's web UI is not installed here"
+                    + ("" if text is None else f" ({path} is left from it: `keel-inject apply --from` removes it)"))
+        if text is None or strip(text) != strip(made):
+            return f"{path}: not made from {original} yet (run `keel-inject apply --from {original}`)"
     if text is None:
         return f"{path} not found: Proxmox VE's web UI is not installed here"
     ours = [_split(line)[0].strip().decode("ascii", "replace")
@@ -202,16 +242,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", default=TEMPLATE, metavar="FILE", help=f"default {TEMPLATE}")
     parser.add_argument("--ver", default="", metavar="VERSION",
                         help="added as ?ver=VERSION so browsers fetch a new plugin after an upgrade")
+    parser.add_argument("--from", dest="original", metavar="ORIGINAL",
+                        help="make the template from this copy of pve-manager's (the diverted "
+                             "index.html.tpl.distrib) instead of editing it in place")
     args = parser.parse_args(argv)
     if not VERSION.fullmatch(args.ver):
         parser.error(f"--ver: letters, digits and .+~:_- only, got {args.ver!r}")
+    if args.original is not None and args.action == "remove":
+        parser.error("remove --from: the package takes the made template out by removing its "
+                     "diversion (dpkg-divert); remove edits a template in place")
     try:
-        if args.action == "apply":
+        if args.action == "apply" and args.original is not None:
+            message = generate(args.original, args.template, args.ver)
+        elif args.action == "apply":
             message = apply(args.template, args.ver)
         elif args.action == "remove":
             message = remove(args.template)
         else:
-            message = status(args.template)
+            message = status(args.template, args.original)
     except Refused as e:
         print(f"keel-inject: {e}", file=sys.stderr)
         return 2

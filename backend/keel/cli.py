@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from keel import __version__
 from keel.errors import ExitStatus, KeelError
 
@@ -119,6 +117,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     env = env or Env()
+    try:
+        status = _main(argv, env)
+        env.stdout.flush()                  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        if not _reader_gone(env.stdout):
+            raise                           # another pipe or socket broke: a real error
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            fd = env.stdout.fileno()        # what is still buffered goes nowhere, so that
+            devnull = os.open(os.devnull, os.O_WRONLY)     # Python's flush at exit is quiet
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        return ExitStatus.OK                # `keel status --json | head`: quiet, as Unix tools
+    return status
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether the reader of ``stream`` went away (a pipe with no reader: poll says POLLERR)."""
+    import select
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            return True
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _main(argv: list[str] | None, env: Env) -> int:
     parser = build_parser()
     try:
         with contextlib.redirect_stdout(env.stdout), contextlib.redirect_stderr(env.stderr):
@@ -211,6 +241,7 @@ def cmd_sim(args: argparse.Namespace, env: Env) -> int:
         except ValueError as err:
             print(f"keel sim generate: {err}", file=env.stderr)
             return ExitStatus.USAGE
+        import yaml
         text = yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
                          sort_keys=False, default_flow_style=None, width=120)
         if args.output:

@@ -10,17 +10,18 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel import words
-from keel.balance.balancer import best_node, make_plan
-from keel.balance.executor import Executor, carry_out
-from keel.balance.plan import Plan
 from keel.errors import ExitStatus, InvalidError, NotFoundError
-from keel.plan_view import render_plan
-from keel.status_view import Style
-from keel.store import Store, default_path
 from keel.units import format_bytes, format_duration, parse_size
+
+if TYPE_CHECKING:
+    from keel.balance.plan import Plan
+    from keel.store import Store
+
+# The balancer (numpy), the executor (proxmoxer) and the store are imported by the commands
+# that use them: `keel --help` and `keel --version` build this parser and import none of them.
 
 
 def add_parsers(sub: Any, add_connection: Any) -> None:
@@ -62,6 +63,7 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
 
 def _setup(args: argparse.Namespace, env: Any) -> tuple[Any, Any, Store]:
     from keel.cli import connect_with_config
+    from keel.store import Store, default_path
     client, config = connect_with_config(args, env)
     settings = config.balancing
     if getattr(args, "method", None):
@@ -78,6 +80,7 @@ def _snapshot(client: Any, settings: Any) -> Any:
 def _plan(client: Any, settings: Any, store: Store, now: float, oneshot: bool = False) -> tuple[Any, Plan]:
     """``oneshot``: ``keel plan`` and ``keel apply`` plan as far as the level (within
     ``limits.oneshot``), not one round's budget."""
+    from keel.balance.balancer import make_plan
     from keel.balance.guestconfig import Reader
     snap = _snapshot(client, settings)
     samples = store.samples(now - settings.window_s)
@@ -86,6 +89,8 @@ def _plan(client: Any, settings: Any, store: Store, now: float, oneshot: bool = 
 
 
 def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:
+    from keel.plan_view import render_plan
+    from keel.status_view import Style
     if args.json:
         json.dump(plan.to_json(), env.stdout, indent=2)
         env.stdout.write("\n")
@@ -145,6 +150,7 @@ def _confirm(question: str, args: argparse.Namespace, env: Any) -> bool:
 def _execute(client: Any, settings: Any, store: Store, plan: Plan, env: Any, as_json: bool,
              who: str, replan: Any = None) -> int:
     """Run a plan; the first Ctrl-C lets the running migrations finish and starts no more."""
+    from keel.balance.executor import Executor, carry_out
     cancel = threading.Event()
     executor = Executor(client, settings, store, requested_by=who, on_event=_printer(env, as_json),
                         cancel=cancel)
@@ -264,6 +270,8 @@ def cmd_maintenance(args: argparse.Namespace, env: Any) -> int:
             else:
                 env.stdout.write(f"{args.node} is empty.\n")
             return ExitStatus.OK
+        from keel.plan_view import render_plan
+        from keel.status_view import Style
         verb = "leaves" if len(moves) == 1 else "leave"
         evacuation = replace(plan, moves=tuple(moves), reason=f"{_guests(len(moves))} {verb} {args.node}")
         if not args.json:
@@ -284,6 +292,7 @@ def cmd_best_node(args: argparse.Namespace, env: Any) -> int:
         from keel import cli_engine
         answer = cli_engine.best_node(engine, args, memory)
     else:
+        from keel.balance.balancer import best_node
         client, settings, store = _setup(args, env)
         snap = _snapshot(client, settings)
         ranked = best_node(snap, settings, args.cores, memory, store.history(time.time()))
@@ -339,6 +348,7 @@ def cmd_history(args: argparse.Namespace, env: Any) -> int:
         answer = cli_engine.history(engine, args.limit)
         moves, decisions = answer["moves"], answer["decisions"]
     else:
+        from keel.store import Store, default_path
         store = Store(args.store or default_path(env.environ))
         moves = store.moves(limit=args.limit)
         decisions = store.decisions(limit=args.limit)

@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from keel.errors import ExitStatus, InvalidError
 
 
@@ -197,6 +195,7 @@ def cmd_setup(args: argparse.Namespace, env: Any) -> int:
         ca = str(Path(ca).absolute()) if ca else None
         text = DEFAULT_CONFIG.format(url=target.url, token_file=token_file,
                                      ca=f"  ca_file: {ca}\n" if ca else "")
+        import yaml
         cfg.parse(yaml.safe_load(text), str(config_path))      # what we write must load
         atomic_write(config_path, text)
         env.stdout.write(f"config {config_path}: written (balancing off until you enable it)\n")

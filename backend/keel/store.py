@@ -91,7 +91,11 @@ class Store:
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def _run(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:

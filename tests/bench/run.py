@@ -9,7 +9,9 @@ Measured against a real ``keel sim`` process over HTTPS on loopback:
   with a token (the production path) and with a password;
 * ``keel apply``'s one-shot plan on it, with the configs of the guests it would move read
   from the simulator (and, planned again, none read twice);
-* the demo cluster's snapshot, for scale.
+* the demo cluster's snapshot, for scale;
+* ``keel --version`` and ``keel --help``: a process from start to exit, on this Python and
+  on Debian's ``/usr/bin/python3`` (what ``/usr/bin/keel`` runs), target 0.15 s.
 
 Targets are stated next to each figure; the run exits non-zero if one is missed, so a
 regression shows.  Tests assert correctness; this file is where speed is checked.
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,12 +58,32 @@ def timed(fn, repeat: int = 1):
     return result, times
 
 
+def cli_start(python: str, flag: str, repeat: int = 20) -> tuple[float, float]:
+    """A `keel FLAG` process from start to exit (what the console script runs)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "backend")}
+    command = [python, "-c", "import sys; from keel.cli import main; sys.exit(main())", flag]
+    subprocess.run(command, env=env, check=True, capture_output=True)        # warm the caches
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), max(times)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="snapshots per measurement")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
     rows: list[tuple[str, str, str, str, bool]] = []   # what, value, target, note, ok
+
+    for python in dict.fromkeys([sys.executable] + (["/usr/bin/python3"] if Path("/usr/bin/python3").exists() else [])):
+        where = "Debian's python3" if python == "/usr/bin/python3" else "this python"
+        for flag in ("--version", "--help"):
+            median, slowest = cli_start(python, flag)
+            rows.append((f"keel {flag} ({where})", f"{median * 1000:.0f} ms", "< 150 ms",
+                         f"median of 20, max {slowest * 1000:.0f} ms", median < 0.15))
 
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
     data, (gen_s,) = timed(lambda: generate(NODES, GUESTS, seed=1, profile="skewed"))

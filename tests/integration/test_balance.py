@@ -234,6 +234,7 @@ def test_pve_refusing_a_move_is_caught_before_migrating(sim_factory, tmp_path):
     sim = sim_factory(scenario)
     from keel.pve.client import PveClient, Target
     client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    sim.clients.append(client)                          # closed when the sim stops
     store = Store(tmp_path / "keel.db")
     settings = BalancingSettings()
     plan = make_plan(snapshot.collect(client), settings)
@@ -300,6 +301,7 @@ def test_a_noisy_day_converges_without_flapping(sim_factory, tmp_path):
     sim = sim_factory(NOISY)
     from keel.pve.client import PveClient, Target
     client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    sim.clients.append(client)                          # closed when the sim stops
     store = Store(tmp_path / "keel.db")
     settings = BalancingSettings(interval_s=300)
     rounds = Rounds(client, settings, store, "test", clock=sim_clock(sim), sleep=sim.advance, poll_s=5)

@@ -86,6 +86,7 @@ def test_pve8_groups_become_node_affinity_rules(sim_factory):
     }
     sim = sim_factory(scenario)
     client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    sim.clients.append(client)                          # closed when the sim stops
     snap = snapshot.collect(client)
     assert snap.ha_groups_used and snap.pve_major == 8
     (rule,) = snap.ha_rules
@@ -107,6 +108,7 @@ def test_64_nodes_and_10000_guests_take_at_most_nodes_plus_10_calls(sim_factory)
     scenario = generate(nodes=64, guests=10000, seed=1, profile="skewed")
     sim = sim_factory(scenario)
     client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="keel-sim"))
+    sim.clients.append(client)                          # closed when the sim stops
     calls_before = client.calls
     snap = snapshot.collect(client)
     assert len(snap.nodes) == 64 and len(snap.guests) == 10000

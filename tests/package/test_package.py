@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: AGPL-3.0-or-later
 """The Debian package on this machine (`make test-package`, root on Debian 12 or 13): install
 with apt, the files, the units, an engine round on Debian's python3, the web UI line in a
-PVE 8- then 9-shaped index.html.tpl (install, trigger, upgrade, reinstall, remove), and a
-purge that leaves nothing behind.  The machine is put back as it was even when a step fails.
+PVE 8- then 9-shaped index.html.tpl diverted from the package that ships it (install,
+trigger, upgrade, reinstall, remove, an upgrade from a pve-keel that edited it in place),
+and a purge that leaves nothing behind.  The machine is put back as it was even when a step
+fails.
 
 Not part of `make test` (setup.cfg ignores tests/package): it installs packages, makes
 system users and needs root.  Every command it runs is printed."""
@@ -32,10 +34,13 @@ DIST = ROOT / "dist"
 BUILT_SOURCE = ROOT / "build" / "deb" / "pve-keel"       # what `make deb` built from
 FIXTURES = ROOT / "tests" / "fixtures" / "pve-ui"
 TEMPLATE = Path("/usr/share/pve-manager/index.html.tpl")
+ORIGINAL = Path("/usr/share/pve-manager/index.html.tpl.distrib")   # where dpkg puts it, diverted
+UNITS = Path("/usr/lib/systemd/system")
 DUMMY = "keel-test-pve-template"                         # ships TEMPLATE, as pve-manager does
 PATH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"}
 SITE = Path("/usr/lib/python3/dist-packages")
 MARK = b"<!-- pve-keel -->"
+SYSTEM_USERS = (("keel-web", "passwd"), ("keel-web", "group"), ("keel", "group"))   # debian/pve-keel.sysusers
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="installs packages: run as root (make test-package)"),
@@ -83,6 +88,16 @@ def our_lines(text: bytes) -> list[bytes]:
     return [line for line in text.splitlines(keepends=True) if MARK in line]
 
 
+def diverted_by() -> str:
+    return sh("dpkg-divert", "--listpackage", str(TEMPLATE), quiet=True).stdout.strip()
+
+
+def verify(package: str) -> None:
+    """`dpkg --verify`: every file of the package as it shipped it (diversions followed)."""
+    done = sh("dpkg", "--verify", package, check=False)
+    assert (done.returncode, done.stdout) == (0, ""), done.stdout
+
+
 # -- the packages the test installs ------------------------------------------------------------
 
 def build_dummy(work: Path, version: str, fixture: Path) -> Path:
@@ -117,6 +132,37 @@ def build_bumped(work: Path, version: str) -> Path:
     return work / f"pve-keel_{version}_all.deb"
 
 
+def build_in_place(work: Path, deb: Path, version: str) -> Path:
+    """pve-keel as it was before the diversion (0.1.0): the same files, the units in
+    /lib/systemd/system (Debian 12's debhelper), and maintainer scripts that edit
+    pve-manager's template in place (keel-inject without --from) and never divert."""
+    root = work / f"pve-keel-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    sh("dpkg-deb", "-R", str(deb), str(root))
+    control = root / "DEBIAN" / "control"
+    control.write_text(re.sub(r"^Version: .*$", f"Version: {version}", control.read_text(), flags=re.M))
+    (root / "lib" / "systemd").mkdir(parents=True)
+    (root / "usr" / "lib" / "systemd" / "system").rename(root / "lib" / "systemd" / "system")
+    sums = root / "DEBIAN" / "md5sums"
+    sums.write_text(sums.read_text().replace("  usr/lib/systemd/system/", "  lib/systemd/system/"))
+    inject = "/usr/share/pve-keel/keel-inject"
+    scripts = {
+        "preinst": None,
+        "postinst": f'[ "$1" = configure ] || [ "$1" = triggered ] || exit 0\n{inject} apply --ver {version} || true\n',
+        "prerm": f'case "$1" in remove|deconfigure) {inject} remove || true ;; esac\n',
+        "postrm": 'case "$1" in purge) rm -rf /var/lib/keel /run/keel ;; esac\n',
+    }
+    for name, body in scripts.items():
+        path = root / "DEBIAN" / name
+        path.unlink(missing_ok=True)
+        if body is not None:
+            path.write_text("#!/bin/sh\nset -e\n" + body + "exit 0\n")
+            path.chmod(0o755)
+    legacy = work / f"pve-keel_{version}_all.deb"
+    sh("dpkg-deb", "--root-owner-group", "--build", str(root), str(legacy))
+    return legacy
+
+
 # -- the machine, put back at the end ------------------------------------------------------------
 
 class Machine:
@@ -126,6 +172,10 @@ class Machine:
         self.work = work
         self.with_template = with_template
         self.processes: list[subprocess.Popen] = []
+        # the system users pve-keel makes stay after a purge (Debian policy): the test takes
+        # away the ones that were not here before
+        self.users = [(name, db) for name, db in SYSTEM_USERS
+                      if sh("getent", db, name, check=False, quiet=True).returncode == 2]
 
     def apt_install(self, deb: Path, *extra: str) -> subprocess.CompletedProcess:
         return sh("apt-get", "install", "-y", "--no-install-recommends", *extra, str(deb))
@@ -145,8 +195,13 @@ class Machine:
                     process.wait()
         if installed("pve-keel") or sh("dpkg-query", "-W", "pve-keel", check=False, quiet=True).returncode == 0:
             sh("apt-get", "purge", "-y", "pve-keel", check=False)
+        if diverted_by() == "pve-keel":              # a purge that failed half-way
+            sh("dpkg-divert", "--package", "pve-keel", "--rename", "--remove", str(TEMPLATE), check=False)
         if sh("dpkg-query", "-W", DUMMY, check=False, quiet=True).returncode == 0:
             sh("dpkg", "--purge", DUMMY, check=False)
+        for name, db in self.users:
+            if sh("getent", db, name, check=False, quiet=True).returncode == 0:
+                sh("userdel" if db == "passwd" else "groupdel", name, check=False)
         shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -204,15 +259,14 @@ def test_apt_installs_it_with_every_dependency_from_debian(machine: Machine):
         assert "the cluster file system /etc/pve (pve-cluster)" in done.stdout
     if machine.with_template:
         assert "missing pve-manager's /usr/share/pve-manager/index.html.tpl" in done.stdout
-        assert "index.html.tpl not found: Proxmox VE's web UI (pve-manager) is not installed here" in done.stdout
+        assert f"{ORIGINAL} not found: Proxmox VE's web UI (pve-manager) is not installed here" in done.stdout
         assert not TEMPLATE.exists()
 
 
 def test_files_users_and_directories_are_where_they_should_be(machine: Machine):
     say("files, users and directories")
     listed = set(sh("dpkg", "-L", "pve-keel", quiet=True).stdout.split())
-    units = Path("/lib/systemd/system") if Path("/lib/systemd/system/keel-web.service").exists() \
-        else Path("/usr/lib/systemd/system")
+    units = UNITS                                      # on Debian 12 and 13 alike
     for path in ["/usr/bin/keel", f"{SITE}/keel/__init__.py", f"{SITE}/keel/cli.py",
                  f"{SITE}/keel/sim/scenarios/demo.yaml", f"{SITE}/keel/sim/data/pve-api-9.1.json.gz",
                  "/usr/share/pve-manager/js/keel.js", "/usr/share/pve-keel/keel-inject",
@@ -224,13 +278,15 @@ def test_files_users_and_directories_are_where_they_should_be(machine: Machine):
             path = next((p for p in (path, path + ".gz") if p in listed), path)
         assert path in listed and Path(path).exists(), path
     for unit in ("keel-engine.service", "keel-web.service"):
-        assert (units / unit).exists() and any(p.endswith("/" + unit) for p in listed), unit
+        assert (units / unit).exists() and str(units / unit) in listed, unit
+    assert not [p for p in listed if p.startswith("/lib/") or p == "/lib"], "nothing in an aliased /lib"
+    assert diverted_by() == "pve-keel"                 # even before pve-manager is there
     assert not any("/tests/" in p or p.endswith("/tests") for p in listed)
     assert (BUILT_SOURCE / "build" / "pve-ui" / "keel.js").read_bytes() == \
         Path("/usr/share/pve-manager/js/keel.js").read_bytes()
     assert os.access("/usr/share/pve-keel/keel-inject", os.X_OK)
-    triggers = Path("/var/lib/dpkg/info/pve-keel.triggers").read_text()
-    assert "interest-noawait /usr/share/pve-manager/index.html.tpl" in triggers
+    triggers = Path("/var/lib/dpkg/info/pve-keel.triggers").read_text().splitlines()
+    assert f"interest-noawait {ORIGINAL}" in triggers and f"interest-noawait {TEMPLATE}" in triggers
     if shutil.which("man"):
         assert sh("man", "-w", "keel", quiet=True).stdout.strip().endswith("keel.1.gz")
     sh("dpkg", "-V", "pve-keel")                       # nothing the package ships was changed
@@ -245,9 +301,7 @@ def test_files_users_and_directories_are_where_they_should_be(machine: Machine):
 
 def test_systemd_accepts_the_units(machine: Machine):
     say("systemd-analyze verify (no PID 1 systemd needed), and keel-web's exposure")
-    units = [str(p) for p in (Path("/lib/systemd/system/keel-engine.service"),
-                              Path("/lib/systemd/system/keel-web.service")) if p.exists()] or \
-        ["/usr/lib/systemd/system/keel-engine.service", "/usr/lib/systemd/system/keel-web.service"]
+    units = [str(UNITS / "keel-engine.service"), str(UNITS / "keel-web.service")]
     done = sh("systemd-analyze", "verify", *units)
     assert (done.stdout + done.stderr).strip() == ""
     web = Path(units[1]).read_text()
@@ -380,8 +434,7 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     assert {m["requested_by"] for m in client.call("GET", "/api/history")["moves"]} == {"cli:package-test"}
 
     web_log = work / "web.log"
-    unit = next(p for p in (Path("/lib/systemd/system/keel-web.service"),
-                            Path("/usr/lib/systemd/system/keel-web.service")) if p.exists())
+    unit = UNITS / "keel-web.service"
     say(f"keel web with {unit.name}'s user, groups, no new privileges and no capabilities")
     web = _start(machine, as_the_unit(unit, ["/usr/bin/keel", "web", "--config", str(config)]), web_log)
 
@@ -477,46 +530,55 @@ def _template_steps(machine: Machine) -> None:
         pytest.skip("a real pve-manager owns index.html.tpl here")
 
 
+def _one_line(machine: Machine, pristine: bytes, version: str | None = None) -> None:
+    """The template pveproxy reads is pve-manager's, diverted, with our one line right after
+    pvemanagerlib.js; pve-manager's own copy is untouched (dpkg --verify agrees)."""
+    text = machine.template()
+    ours = our_lines(text)
+    assert len(ours) == 1 and f"/pve2/js/keel.js?ver={version or machine.version}\"".encode() in ours[0]
+    lines = text.splitlines(keepends=True)
+    assert b"pvemanagerlib.js" in lines[lines.index(ours[0]) - 1]
+    assert b"".join(line for line in lines if line not in ours) == pristine
+    assert diverted_by() == "pve-keel" and ORIGINAL.read_bytes() == pristine
+    verify(DUMMY)
+
+
 def test_the_template_gets_one_line_when_pve_manager_comes_and_on_install(machine: Machine):
     _template_steps(machine)
-    say("a PVE 8-shaped index.html.tpl arrives (a dummy package ships it, as pve-manager does): "
-        "the trigger adds one marked line right after pvemanagerlib.js")
+    say("a PVE 8-shaped index.html.tpl arrives (a dummy package ships it, as pve-manager does): dpkg "
+        "puts it where the diversion says, and the trigger makes the template with one marked line")
     machine.pve8 = build_dummy(machine.work, "8.4.0", FIXTURES / "index-pve8.html.tpl")
     assert "Processing triggers for pve-keel" in sh("dpkg", "-i", str(machine.pve8)).stdout
     pristine = (FIXTURES / "index-pve8.html.tpl").read_bytes()
-
-    def one_line() -> None:
-        text = machine.template()
-        ours = our_lines(text)
-        assert len(ours) == 1 and f"/pve2/js/keel.js?ver={machine.version}\"".encode() in ours[0]
-        lines = text.splitlines(keepends=True)
-        assert b"pvemanagerlib.js" in lines[lines.index(ours[0]) - 1]
-        assert b"".join(line for line in lines if line not in ours) == pristine
-    one_line()
-    assert "loads Keel's plugin (1 line" in sh("/usr/share/pve-keel/keel-inject", "status").stdout
-    say("the line taken out by hand, then apt-get install --reinstall: configure adds it")
-    sh("/usr/share/pve-keel/keel-inject", "remove")
-    assert machine.template() == pristine
+    _one_line(machine, pristine)
+    assert "loads Keel's plugin (1 line" in sh("/usr/share/pve-keel/keel-inject", "status", "--from",
+                                               str(ORIGINAL)).stdout
+    say("the template overwritten by hand, then apt-get install --reinstall: configure makes it again")
+    TEMPLATE.write_bytes(pristine)
     done = machine.apt_install(machine.deb, "--reinstall")
-    assert "now loads /pve2/js/keel.js after the pvemanagerlib.js line" in done.stdout
-    one_line()
+    assert "loads /pve2/js/keel.js after the pvemanagerlib.js line" in done.stdout
+    _one_line(machine, pristine)
 
 
-def test_a_trigger_puts_the_line_back_when_the_template_is_replaced(machine: Machine):
+def test_a_trigger_makes_the_template_again_when_pve_manager_changes_it(machine: Machine):
     _template_steps(machine)
-    say("pve-manager upgrade (dummy 9.0.0 ships a PVE 9-shaped template): dpkg's file trigger re-injects")
+    say("pve-manager upgrade (dummy 9.0.0 ships a PVE 9-shaped template): dpkg's file trigger makes it again")
     machine.pve9 = build_dummy(machine.work, "9.0.0", FIXTURES / "index-pve9.html.tpl")
     done = sh("dpkg", "-i", str(machine.pve9))
     assert "Processing triggers for pve-keel" in done.stdout
     pristine9 = (FIXTURES / "index-pve9.html.tpl").read_bytes()
-    text = machine.template()
-    assert len(our_lines(text)) == 1 and b"NodeArch" in text
-    assert b"".join(line for line in text.splitlines(keepends=True) if MARK not in line) == pristine9
+    _one_line(machine, pristine9)
+    assert b"NodeArch" in machine.template()
     say("the template replaced by hand, then dpkg-trigger + dpkg --triggers-only")
     TEMPLATE.write_bytes(pristine9)
-    sh("dpkg-trigger", "--no-await", str(TEMPLATE))
+    sh("dpkg-trigger", "--no-await", str(ORIGINAL))
     sh("dpkg", "--triggers-only", "pve-keel")
-    assert len(our_lines(machine.template())) == 1
+    _one_line(machine, pristine9)
+    say("pve-manager removed while pve-keel stays: the template made from it goes too; back: made again")
+    sh("dpkg", "--purge", DUMMY)
+    assert not TEMPLATE.exists() and not ORIGINAL.exists() and diverted_by() == "pve-keel"
+    assert "Processing triggers for pve-keel" in sh("dpkg", "-i", str(machine.pve9)).stdout
+    _one_line(machine, pristine9)
     assert installed("pve-keel")
 
 
@@ -528,8 +590,9 @@ def test_an_upgrade_and_a_reinstall_do_not_duplicate_the_line(machine: Machine):
     assert sh("dpkg-query", "-W", "-f=${Version}", "pve-keel").stdout == bumped_version
     assert sh("/usr/bin/keel", "--version").returncode == 0
     if machine.with_template:
+        pristine9 = (FIXTURES / "index-pve9.html.tpl").read_bytes()
+        _one_line(machine, pristine9, bumped_version)
         ours = our_lines(machine.template())
-        assert len(ours) == 1 and f"?ver={bumped_version}".encode() in ours[0]
         before = os.stat(TEMPLATE)
         say("reinstall of the same version: the template is not touched")
         machine.apt_install(bumped, "--reinstall")
@@ -539,37 +602,60 @@ def test_an_upgrade_and_a_reinstall_do_not_duplicate_the_line(machine: Machine):
     say("back to the first version (a downgrade through dpkg): still one line")
     sh("dpkg", "-i", str(machine.deb))
     if machine.with_template:
-        ours = our_lines(machine.template())
-        assert len(ours) == 1 and f"?ver={machine.version}\"".encode() in ours[0]
+        _one_line(machine, (FIXTURES / "index-pve9.html.tpl").read_bytes())
 
 
 def test_remove_restores_the_template_byte_for_byte(machine: Machine):
-    say("apt-get remove pve-keel: the template is byte for byte the one pve-manager shipped")
+    say("apt-get remove pve-keel: the diversion goes and the template is byte for byte the one "
+        "pve-manager shipped")
     sh("apt-get", "remove", "-y", "pve-keel")
     assert not Path("/usr/bin/keel").exists() and not Path("/usr/share/pve-manager/js/keel.js").exists()
+    assert diverted_by() == "" and not ORIGINAL.exists()
     if machine.with_template:
         assert machine.template() == (FIXTURES / "index-pve9.html.tpl").read_bytes()
-        sh("dpkg", "-V", DUMMY)                        # dpkg agrees: the file is as shipped
-    # remove keeps the node's state and users, purge removes them
+        verify(DUMMY)
+    # remove keeps the node's state and users, purge removes the state
     assert Path("/var/lib/keel").is_dir()
     assert pwd.getpwnam("keel-web")
 
 
+def test_an_upgrade_from_a_pve_keel_that_edited_the_template_in_place(machine: Machine):
+    _template_steps(machine)
+    legacy_version = "0.0.9"
+    say(f"pve-keel {legacy_version} as it was before the diversion (the template edited in place, "
+        "the units in /lib/systemd/system), then upgraded to this one")
+    legacy = build_in_place(machine.work / "legacy", machine.deb, legacy_version)
+    sh("dpkg", "-i", str(legacy))
+    pristine9 = (FIXTURES / "index-pve9.html.tpl").read_bytes()
+    assert len(our_lines(machine.template())) == 1 and diverted_by() == ""
+    assert sh("dpkg", "--verify", DUMMY, check=False).stdout.strip().endswith(str(TEMPLATE))  # ??5??????
+    machine.apt_install(machine.deb)
+    _one_line(machine, pristine9)
+    for unit in ("keel-engine.service", "keel-web.service"):    # /lib is /usr/lib: dpkg kept them
+        assert (UNITS / unit).is_file(), unit
+    verify("pve-keel")
+    assert sh("systemd-analyze", "verify", str(UNITS / "keel-web.service")).returncode == 0
+
+
 def test_purge_leaves_nothing_of_keel_behind(machine: Machine):
-    say("apt-get purge pve-keel: nothing of Keel left (dpkg, files, users, groups)")
+    say("apt-get purge pve-keel: nothing of Keel left (dpkg, files, the diversion), but the system "
+        "users and groups (Debian policy)")
     sh("apt-get", "purge", "-y", "pve-keel")
     assert sh("dpkg-query", "-W", "pve-keel", check=False, quiet=True).returncode != 0
     assert sh("dpkg", "-L", "pve-keel", check=False).returncode != 0
+    assert diverted_by() == "" and not ORIGINAL.exists()
     if machine.with_template:
         assert machine.template() == (FIXTURES / "index-pve9.html.tpl").read_bytes()
+        verify(DUMMY)
         say(f"purging the test's template package ({DUMMY}) too")
         sh("dpkg", "--purge", DUMMY)
         assert not TEMPLATE.parent.exists(), "/usr/share/pve-manager is left"
-    # where a package and its scripts can leave things (not checkouts of Keel, wherever they are)
+    # where a package and its scripts can leave things (not checkouts of Keel, wherever they
+    # are; not man-db's cache, which is man-db's to keep)
     system = [d for d in ("/etc", "/usr", "/var", "/opt", "/run", "/boot") if Path(d).is_dir()]
-    left = sh("find", *system, "-xdev", "-path", "/var/cache/apt", "-prune", "-o",
-              "(", "-name", "*keel*", "-o", "-name", "pve-keel*", ")", "-print",
+    left = sh("find", *system, "-xdev", "(", "-path", "/var/cache/apt", "-o", "-path", "/var/cache/man", ")",
+              "-prune", "-o", "(", "-name", "*keel*", "-o", "-name", "pve-keel*", ")", "-print",
               check=False).stdout.split()
     assert left == [], left
-    for name, lookup in (("keel-web", "passwd"), ("keel-web", "group"), ("keel", "group")):
-        assert sh("getent", lookup, name, check=False).returncode == 2, f"{lookup} {name} is still there"
+    for name, lookup in SYSTEM_USERS:
+        assert sh("getent", lookup, name, check=False).returncode == 0, f"{lookup} {name} was removed"

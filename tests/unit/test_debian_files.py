@@ -115,17 +115,41 @@ def test_the_example_config_loads():
     assert config.proxmox.token_file == str(cfg.DEFAULT_TOKEN_FILE)      # the secret stays in its file
 
 
-def test_the_trigger_and_the_injector_path():
-    assert (DEBIAN / "pve-keel.triggers").read_text() == "interest-noawait /usr/share/pve-manager/index.html.tpl\n"
+TEMPLATE = "/usr/share/pve-manager/index.html.tpl"
+
+
+def test_the_trigger_the_diversion_and_the_injector_path():
+    interests = [line for line in (DEBIAN / "pve-keel.triggers").read_text().splitlines()
+                 if not line.startswith("#")]
+    assert interests == [f"interest-noawait {TEMPLATE}.distrib", f"interest-noawait {TEMPLATE}"]
     rules = (DEBIAN / "rules").read_text()
     assert "pve-ui/keel_inject.py $(PKG)/usr/share/pve-keel/keel-inject" in rules
-    assert "/usr/share/pve-keel/keel-inject" in (DEBIAN / "pve-keel.postinst").read_text()
-    assert "/usr/share/pve-keel/keel-inject remove" in (DEBIAN / "pve-keel.prerm").read_text()
+    postinst = (DEBIAN / "pve-keel.postinst").read_text()
+    assert '"$INJECT" apply --from "$TEMPLATE.distrib" --template "$TEMPLATE"' in postinst
+    preinst, postrm = (DEBIAN / "pve-keel.preinst").read_text(), (DEBIAN / "pve-keel.postrm").read_text()
+    assert f"TEMPLATE={TEMPLATE}\n" in preinst and f"TEMPLATE={TEMPLATE}\n" in postrm
+    assert 'dpkg-divert --package pve-keel --add --rename --divert "$TEMPLATE.distrib" "$TEMPLATE"' in preinst
+    assert 'dpkg-divert --package pve-keel --no-rename --remove "$TEMPLATE"' in postrm
+    assert re.search(r"^ +remove\|abort-install\|disappear\)\n +undivert$", postrm, re.M)
+
+
+def test_purge_leaves_system_users_and_other_packages_files_alone():
+    for name in ("preinst", "postinst", "prerm", "postrm"):
+        text = (DEBIAN / f"pve-keel.{name}").read_text()
+        assert not re.search(r"\b(userdel|groupdel|deluser|delgroup)\b", text), name
+        assert "/var/cache/man" not in text, name
+
+
+def test_the_relation_to_pve_manager():
+    control = (DEBIAN / "control").read_text()
+    assert re.search(r"^Enhances: pve-manager$", control, re.M)
+    assert re.search(r"^Breaks: pve-manager \(<< 8~\)$", control, re.M)
+    assert "python3-yaml" not in re.search(r"^Build-Depends:(.*?)(?=^\S)", control, re.M | re.S).group(1)
 
 
 def test_maintainer_scripts_are_sh_and_never_write_to_etc_pve():
     writes = re.compile(r"\b(rm|mkdir|cp|mv|chmod|chown|touch|install|tee|ln)\b|>")
-    for name in ("postinst", "prerm", "postrm"):
+    for name in ("preinst", "postinst", "prerm", "postrm"):
         path = DEBIAN / f"pve-keel.{name}"
         subprocess.run(["sh", "-n", str(path)], check=True)
         text = path.read_text()
@@ -134,3 +158,12 @@ def test_maintainer_scripts_are_sh_and_never_write_to_etc_pve():
             code = line.split("#", 1)[0] if not line.lstrip().startswith("echo") else ""
             if "/etc/pve" in code:
                 assert not writes.search(code.replace(">&2", "").replace(">/dev/null", "")), line
+
+
+def test_the_man_page_header_from_either_argparse_manpage():
+    """Debian 12's argparse-manpage 1.2 and 13's 4.x write different .TH lines: both become ours."""
+    for first in ('.TH keel "1" Manual page for keel 0.1.0', '.TH KEEL "1" "2026\\-11\\-30" "keel" "Generated Python Manual"'):
+        page = subprocess.run(["sh", str(DEBIAN / "man-finish"), "0.1.0"], input=f"{first}\n.SH NAME\nkeel\n",
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+        assert page[:3] == ['.TH KEEL 1 "" "keel 0.1.0" "Keel manual"', ".SH NAME",
+                            "keel \\- keeps a Proxmox VE cluster level and runs CI runners on it"], first

@@ -234,3 +234,77 @@ def test_command_line_errors_name_the_bad_input(tmp_path: Path):
     done = run("apply", "--template", str(tmp_path / "x"), "--ver", '1"><script>')
     assert done.returncode == 2 and "--ver: letters, digits" in done.stderr
     assert run("frobnicate").returncode == 2
+
+
+# -- with the template diverted: made from pve-manager's copy, which is never changed -------------
+
+@pytest.fixture
+def diverted(template: Path) -> tuple[Path, Path]:
+    """pve-manager's template where dpkg puts it once pve-keel diverts it, and the path pveproxy reads."""
+    original = template.with_name("index.html.tpl.distrib")
+    template.rename(original)
+    return original, template
+
+
+def test_generate_makes_the_template_from_the_original_and_never_changes_it(diverted):
+    original, made = diverted
+    pristine = original.read_bytes()
+    os.chmod(original, 0o644)
+    message = inject.generate(str(original), str(made), "0.1.0")
+    assert message == f"{made}: made from {original}, loads /pve2/js/keel.js after the pvemanagerlib.js line"
+    assert original.read_bytes() == pristine
+    ours = our_lines(made.read_bytes())
+    assert len(ours) == 1 and b"?ver=0.1.0\"" in ours[0]
+    assert inject.strip(made.read_bytes()) == pristine
+    assert os.stat(made).st_mode & 0o7777 == 0o644
+    assert sorted(p.name for p in made.parent.iterdir()) == ["index.html.tpl", "index.html.tpl.distrib"]
+    assert inject.status(str(made), str(original)).startswith(f"{made}: loads Keel's plugin (1 line")
+
+
+def test_generate_again_writes_nothing_and_a_new_version_replaces_the_line(diverted):
+    original, made = diverted
+    inject.generate(str(original), str(made), "1")
+    before = os.stat(made)
+    assert inject.generate(str(original), str(made), "1").endswith("(nothing changed)")
+    after = os.stat(made)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    inject.generate(str(original), str(made), "2")
+    ours = our_lines(made.read_bytes())
+    assert len(ours) == 1 and b"?ver=2\"" in ours[0]
+
+
+def test_a_new_original_is_taken_up_and_a_stale_made_template_is_reported(diverted):
+    original, made = diverted
+    inject.generate(str(original), str(made), "1")
+    newer = original.read_bytes().replace(b"<title>", b"<title>9.9 ")
+    original.write_bytes(newer)                   # pve-manager's upgrade unpacked a new one
+    assert "not made from" in inject.status(str(made), str(original))
+    inject.generate(str(original), str(made), "1")
+    assert inject.strip(made.read_bytes()) == newer and len(our_lines(made.read_bytes())) == 1
+
+
+def test_an_original_without_a_place_for_the_line_is_copied_as_it_is(tmp_path: Path):
+    original, made = tmp_path / "index.html.tpl.distrib", tmp_path / "index.html.tpl"
+    original.write_bytes(b"<html><body>no head here</body></html>\n")
+    assert "the Keel panel is not added" in inject.generate(str(original), str(made), "1")
+    assert made.read_bytes() == original.read_bytes()
+
+
+def test_without_the_original_the_made_template_goes(diverted):
+    original, made = diverted
+    inject.generate(str(original), str(made), "1")
+    original.unlink()                              # pve-manager removed
+    assert "is left from it" in inject.status(str(made), str(original))
+    assert "removed the template made from it" in inject.generate(str(original), str(made), "1")
+    assert not made.exists()
+    assert "nothing to do" in inject.generate(str(original), str(made), "1")
+
+
+def test_command_line_with_a_diverted_template(diverted):
+    original, made = diverted
+    done = run("apply", "--template", str(made), "--from", str(original), "--ver", "0.1.0")
+    assert done.returncode == 0 and "made from" in done.stdout, done
+    done = run("status", "--template", str(made), "--from", str(original))
+    assert done.stdout.startswith(f"keel-inject: {made}: loads Keel's plugin"), done
+    done = run("remove", "--template", str(made), "--from", str(original))
+    assert done.returncode == 2 and "dpkg-divert" in done.stderr

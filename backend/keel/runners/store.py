@@ -53,10 +53,14 @@ class RunnerStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
                                        check_same_thread=False)
+        except (OSError, sqlite3.Error) as err:
+            raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as err:
+        except sqlite3.Error as err:
+            self._db.close()
             raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
 
     def close(self) -> None:
