@@ -166,3 +166,18 @@ def test_the_power_scenarios_day_runs_through_its_load_trace(sim):
     assert api.cluster.ceph.status.get()["health"]["status"] == "HEALTH_OK"
     assert all(g["status"] in ("running", "stopped") for g in api.cluster.resources.get(type="vm"))
     assert Path(POWER).exists()
+
+
+def test_answers_carry_only_the_fields_pves_schema_lists(sim):
+    from keel.sim.schema import Schema
+    schema = Schema.load()
+    api = pve(sim)
+    for path, answer in (("/nodes/{node}/ceph/pool", api.nodes("pve1").ceph.pool.get()),
+                         ("/cluster/ceph/flags", api.cluster.ceph.flags.get())):
+        props = schema.endpoint("GET", path).returns["items"]["properties"]
+        for entry in answer:
+            assert set(entry) <= set(props), (path, set(entry) - set(props))
+    props = schema.endpoint("GET", "/nodes/{node}/config").returns["properties"]
+    assert set(api.nodes("pve1").config.get()) <= set(props)
+    osd_props = schema.endpoint("GET", "/nodes/{node}/ceph/osd").returns
+    assert set(api.nodes("pve1").ceph.osd.get()) <= set(osd_props["items"]["properties"])
