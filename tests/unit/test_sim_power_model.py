@@ -257,3 +257,24 @@ def test_without_a_monitor_majority_ceph_calls_time_out():
         c.ceph.check("n3")
     with pytest.raises(ApiError, match="binary not installed"):
         cluster({"nodes": [{"name": "a"}, {"name": "b"}], "ceph": {"osds": {"a": 1}}}).ceph.check("b")
+
+
+def test_without_quorum_the_nodes_with_an_armed_ha_watchdog_reset_themselves():
+    c = cluster({"nodes": [{"name": f"n{i}", "power": {"boot": "1m"}} for i in range(1, 5)],
+                 "guests": [{"vmid": 100, "node": "n2", "ha": "started"}, {"vmid": 101, "node": "n4"}]})
+    advance(c, 20)
+    assert c.ha.master == "n1"
+    c.power.cut("n3")
+    c.set_node_online("n4", False)                   # 2 of 4 votes: no quorum
+    advance(c, 40)
+    assert c.nodes["n2"].state == "online"           # the watchdog gives it 60 s
+    advance(c, 40)
+    resets = [h["node"] for h in c.power.history if h["event"] == "watchdog reset"]
+    assert resets == ["n1", "n2"]                    # the CRM master and the LRM with a service
+    assert c.guests[100].status == "stopped"
+    advance(c, 600)
+    assert c.nodes["n1"].state == c.nodes["n2"].state == "online"
+    assert [h["node"] for h in c.power.history if h["event"] == "watchdog reset"] == ["n1", "n2"]
+    c.set_node_online("n4", True)                    # quorum is back: the CRM starts it again
+    advance(c, 30)
+    assert c.guests[100].status == "running"

@@ -24,6 +24,7 @@ from keel.sim.ha_status import StatusViews
 ROUND_S = 10.0
 FENCE_DELAY_S = 60.0          # NodeStatus.pm $fence_delay: offline this long -> fence
 LOCK_TIMEOUT_S = 120.0        # pmxcfs lock lifetime: a lost node's agent lock expires after it
+WATCHDOG_S = 60.0             # watchdog-mux: a node that cannot renew its HA lock resets after it
 RESOURCE_KEYS = ("state", "failback", "max_restart", "max_relocate", "comment", "group")
 
 
@@ -50,6 +51,9 @@ class HaManager(Placement, StatusViews):
         # When the CRM can take a gone node's agent lock (fence_node): at once after a clean
         # shutdown (the LRM released it), LOCK_TIMEOUT_S after a loss.
         self.lock_free_at: dict[str, float] = {}
+        self.quorum_lost_at: float | None = None
+        self.self_fenced: set[str] = set()      # reset by their watchdog since quorum went
+        self.armed: set[str] = set()
         self.round_scheduled = False
         self.master = next((n for n, node in cluster.nodes.items() if node.online), "")
         self.last_round = cluster.t
@@ -292,6 +296,7 @@ class HaManager(Placement, StatusViews):
         self.last_round = cluster.t
         if not self.resources:
             return
+        self._watchdogs()
         if cluster.quorate and self.master:
             self._freeze()
             self._fence_lost_nodes()
@@ -304,6 +309,30 @@ class HaManager(Placement, StatusViews):
         self.round_scheduled = True
         cluster.schedule(max(cluster.t + ROUND_S, (cluster.clock.now() // ROUND_S) * ROUND_S),
                          self._round)
+
+    def _watchdogs(self) -> None:
+        """Without quorum no LRM nor CRM can renew its lock: each node whose watchdog was
+        armed when quorum went (its LRM had HA services, or it was the CRM master) resets
+        after WATCHDOG_S (self-fencing).  Rebooted, or booted since, a node waits for quorum
+        with its watchdog disarmed."""
+        cluster = self.cluster
+        if cluster.quorate:
+            self.quorum_lost_at = None
+            self.self_fenced.clear()
+            return
+        if self.quorum_lost_at is None:       # who held an armed watchdog when quorum went
+            self.quorum_lost_at = cluster.t
+            self.armed = {name for name, node in cluster.nodes.items() if node.online and (
+                name == self.master or any(
+                    st["node"] == name and self.requested(sid) != "ignored" and st["state"] != "freeze"
+                    for sid, st in self.service.items()))}
+            return
+        if cluster.t - self.quorum_lost_at < WATCHDOG_S:
+            return
+        for name in sorted(self.armed - self.self_fenced):
+            if cluster.nodes[name].online:
+                self.self_fenced.add(name)
+                cluster.power.reset(name, "watchdog reset")
 
     def _freeze(self) -> None:
         """Manager.pm: services on a node whose LRM restarts are frozen (never fenced nor

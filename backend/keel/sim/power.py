@@ -192,6 +192,17 @@ class Power:
         self.ready_at.pop(name, None)
         self._off(name, clean=False)
 
+    def reset(self, name: str, why: str) -> None:
+        """A hard reset (the HA watchdog's): off at once, then it boots again."""
+        node = self.cluster.nodes[name]
+        if node.power == "off":
+            return
+        self.pending.pop(name, None)
+        self.ready_at.pop(name, None)
+        self._record(name, why)
+        self._off(name, clean=False)
+        self.cluster.schedule(self.cluster.t + RESET_S, lambda: self._boot(name, "reboot"))
+
     def press(self, name: str) -> None:
         """The power button of an ``off`` node: it boots, whatever its wake chances."""
         node = self.cluster.nodes[name]
