@@ -38,10 +38,23 @@ class SimNode:
     online: bool
     booted_at: float
     next_pid: int
+    # The machine itself (power saving): on, stopping (a shutdown or reboot under way),
+    # off (powered off: Wake-on-LAN wakes it) or booting; ``online`` is its membership.
+    power: str = "on"
+    power_since: float = 0.0
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def state(self) -> str:
+        """online, shutting-down, off, booting, or lost (powered but not in the cluster)."""
+        if self.power in ("off", "booting"):
+            return self.power
+        if not self.online:
+            return "lost"
+        return "shutting-down" if self.power == "stopping" else "online"
 
 
 @dataclass
@@ -83,7 +96,12 @@ class Cluster:
         self.nodes: dict[str, SimNode] = {}
         for index, spec in enumerate(scenario.nodes):
             self.nodes[spec.name] = SimNode(spec, index + 1, spec.online,
-                                            self.t - 86400 * (3 + index), 0x1000 + 0x100 * index)
+                                            self.t - 86400 * (3 + index), 0x1000 + 0x100 * index,
+                                            "off" if spec.powered_off else "on", self.t)
+        # Each node's config (/etc/pve/nodes/<node>/config): what GET /nodes/{node}/config reads.
+        self.node_config: dict[str, dict[str, Any]] = {
+            spec.name: ({"wakeonlan": spec.wakeonlan} if spec.wakeonlan else {})
+            for spec in scenario.nodes}
         self.storages = {s.storage: Storage(s) for s in scenario.storages}
         self.pools: dict[str, dict[str, Any]] = {
             name: {"comment": comment, "storage": set()} for name, comment in scenario.pools.items()}
@@ -121,6 +139,10 @@ class Cluster:
         for node in self.nodes.values():
             if node.spec.maintenance:
                 self.ha.node_maintenance(node.name, True)
+        from keel.sim.power import Power   # late: these import this module
+        from keel.sim.ceph import CephCluster
+        self.power = Power(self)
+        self.ceph = CephCluster(self, scenario.ceph) if scenario.ceph is not None else None
         self.github = None
         if scenario.github is not None:
             from keel.sim.github.state import FakeGitHub   # late: it schedules on this cluster
@@ -187,12 +209,20 @@ class Cluster:
         paths += [f"/storage/{s}" for data in self.pools.values() for s in data["storage"]]
         return paths
 
+    def votes(self) -> tuple[int, int]:
+        """(votes of the nodes in the cluster, expected votes): corosync's votequorum with
+        expected_votes the sum of every node's quorum_votes, as PVE configures it."""
+        online = sum(n.spec.votes for n in self.nodes.values() if n.online)
+        return online, sum(n.spec.votes for n in self.nodes.values())
+
     @property
     def quorate(self) -> bool:
+        """Quorate while the members hold more than half the expected votes (votequorum's
+        quorum = expected / 2 + 1)."""
         if self.forced_quorum_loss:
             return False
-        online = sum(1 for n in self.nodes.values() if n.online)
-        return online * 2 > len(self.nodes)
+        online, expected = self.votes()
+        return online >= expected // 2 + 1
 
     def require_quorum(self) -> None:
         if not self.quorate:
@@ -304,25 +334,47 @@ class Cluster:
     # -- node faults -------------------------------------------------------------
 
     def set_node_online(self, name: str, online: bool) -> None:
+        """Lose a node (it stays powered: it does not wake) or bring a lost one back."""
         node = self.node(name)
         if node.online == online:
             return
-        node.online = online
-        self.invalidate_usage()
         if not online:
-            for task in list(self.tasks.values()):
-                if task.running and (task.node == name or task.info.get("target") == name):
-                    if task.on_abort:
-                        task.on_abort(self.t, f"node '{name}' lost")
-                    task.finish(self.t, f"migration aborted: connection to node '{name}' lost"
-                                if task.type in ("qmigrate", "vzmigrate") else f"node '{name}' lost")
-            self.ha.node_lost(name)
+            self.node_leaves(name, clean=False)
+        elif node.power in ("off", "booting"):
+            raise ValueError(f"node {name} is {node.power}: wake it (POST /nodes/<local>/wakeonlan "
+                             f"with its name) or power it on ({{\"power\": \"on\"}})")
         else:
-            node.booted_at = self.t
-            for guest in self.guests.values():
-                if guest.node == name and guest.status == "running" and not self.ha.managed(guest):
-                    guest.status, guest.started_at = "stopped", None
-            self.ha.node_back(name)
+            self.node_joins(name)
+
+    def node_leaves(self, name: str, clean: bool) -> None:
+        """The node drops out of the cluster: a shutdown that ends (``clean``, its HA agent
+        lock released) or a loss (power cut, network)."""
+        node = self.nodes[name]
+        node.online = False
+        self.invalidate_usage()
+        for task in list(self.tasks.values()):
+            if task.running and (task.node == name or task.info.get("target") == name):
+                if task.on_abort:
+                    task.on_abort(self.t, f"node '{name}' lost")
+                task.finish(self.t, f"migration aborted: connection to node '{name}' lost"
+                            if task.type in ("qmigrate", "vzmigrate") else f"node '{name}' lost")
+        self.ha.node_lost(name, clean=clean)
+        if self.ceph is not None:
+            self.ceph.host_down(name, clean)
+
+    def node_joins(self, name: str) -> None:
+        """The node (freshly booted) is a member again: its guests that are not HA resources
+        are stopped (nothing starts them: ``onboot`` is not simulated)."""
+        node = self.nodes[name]
+        node.online = True
+        node.booted_at = self.t
+        self.invalidate_usage()
+        for guest in self.guests.values():
+            if guest.node == name and guest.status == "running" and not self.ha.managed(guest):
+                guest.status, guest.started_at = "stopped", None
+        self.ha.node_back(name)
+        if self.ceph is not None:
+            self.ceph.host_up(name)
 
     # -- request log -------------------------------------------------------------
 

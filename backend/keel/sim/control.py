@@ -10,6 +10,9 @@
 | POST /_sim/faults                | {"endpoints": [...], "migrations": [...]} | replace the fault set   |
 | DELETE /_sim/faults              |                                      | no faults                    |
 | POST /_sim/nodes/<name>          | {"online": bool, "maintenance": bool} | lose/return a node, HA maint |
+|                                  | {"power": "off"|"on", "next_wake": s} | power cut/button, next WoL   |
+| GET  /_sim/power                 |                                      | shutdowns, wakes, boots      |
+| POST /_sim/ceph/osds/<id>        | {"up": bool}                         | an OSD daemon dies or starts |
 | POST /_sim/quorum                | {"quorate": bool}                    | lose or regain quorum        |
 | POST /_sim/guests/<vmid>         | {"cpu": f, "mem_used": m, "profile": name} | change a guest's load |
 | GET  /_sim/guests/<vmid>/files   |                                      | files written by the agent   |
@@ -94,9 +97,23 @@ def _handle(cluster: Cluster, method: str, parts: list[str], body: dict[str, Any
             cluster.set_node_online(name, bool(body["online"]))
         if "maintenance" in body:
             cluster.ha.node_maintenance(name, bool(body["maintenance"]))
+        if "power" in body:
+            if body["power"] not in ("off", "on"):
+                raise ValueError(f"power must be \"off\" (a power cut) or \"on\" (the power "
+                                 f"button), got {body['power']!r}")
+            (cluster.power.cut if body["power"] == "off" else cluster.power.press)(name)
+        if "next_wake" in body:
+            cluster.power.force_next(name, str(body["next_wake"]))
         cluster.invalidate_usage()
         return {"node": name, "online": cluster.nodes[name].online,
-                "maintenance": name in cluster.ha.maintenance}
+                "maintenance": name in cluster.ha.maintenance, "state": cluster.nodes[name].state}
+    if method == "GET" and head == "power":
+        return cluster.power.history
+    if method == "POST" and head == "ceph" and len(parts) == 3 and parts[1] == "osds":
+        if cluster.ceph is None:
+            raise LookupError("this scenario has no ceph section")
+        cluster.ceph.fail_osd(int(parts[2]), bool(body.get("up", False)))
+        return cluster.ceph.state()
     if method == "POST" and head == "quorum":
         cluster.forced_quorum_loss = not bool(body.get("quorate", True))
         return {"quorate": cluster.quorate}
@@ -133,4 +150,8 @@ def _state(cluster: Cluster) -> dict[str, Any]:
         "running_tasks": sum(1 for t in cluster.tasks.values() if t.running),
         "requests": len(cluster.requests),
         "next_event": cluster.next_event_at(),
+        "power": cluster.power.state(),
+        "quorum": dict(zip(("votes", "expected"), cluster.votes()),
+                       quorum=cluster.votes()[1] // 2 + 1),
+        **({"ceph": cluster.ceph.state()} if cluster.ceph is not None else {}),
     }

@@ -22,7 +22,9 @@ from keel.sim.ha_rules import Placement, normalise_sid, parse_nodes, rule_entry,
 from keel.sim.ha_status import StatusViews
 
 ROUND_S = 10.0
-FENCE_DELAY_S = 60.0
+FENCE_DELAY_S = 60.0          # NodeStatus.pm $fence_delay: offline this long -> fence
+LOCK_TIMEOUT_S = 120.0        # pmxcfs lock lifetime: a lost node's agent lock expires after it
+WATCHDOG_S = 60.0             # watchdog-mux: a node that cannot renew its HA lock resets after it
 RESOURCE_KEYS = ("state", "failback", "max_restart", "max_relocate", "comment", "group")
 
 
@@ -42,7 +44,16 @@ class HaManager(Placement, StatusViews):
         self.node_status: dict[str, str] = {
             n: "online" if node.online else "unknown" for n, node in cluster.nodes.items()}
         self.maintenance: set[str] = set()
+        # The LRM's mode per node (LRM.pm): active, shutdown (stop all, then recover
+        # elsewhere), restart (stop and freeze all) or maintenance (move all away).
+        self.lrm_mode: dict[str, str] = {n: "active" for n in cluster.nodes}
         self.lost_at: dict[str, float] = {}
+        # When the CRM can take a gone node's agent lock (fence_node): at once after a clean
+        # shutdown (the LRM released it), LOCK_TIMEOUT_S after a loss.
+        self.lock_free_at: dict[str, float] = {}
+        self.quorum_lost_at: float | None = None
+        self.self_fenced: set[str] = set()      # reset by their watchdog since quorum went
+        self.armed: set[str] = set()
         self.round_scheduled = False
         self.master = next((n for n, node in cluster.nodes.items() if node.online), "")
         self.last_round = cluster.t
@@ -229,27 +240,52 @@ class HaManager(Placement, StatusViews):
         self.resources[guest.sid]["state"] = state
         self._ensure_round()
 
+    def unavailable(self) -> set[str]:
+        """Nodes in maintenance: by ``ha-manager crm-command node-maintenance enable`` or
+        because their LRM shuts down with the ``migrate`` policy."""
+        return self.maintenance | {n for n, mode in self.lrm_mode.items() if mode == "maintenance"}
+
     def node_maintenance(self, node: str, enable: bool) -> None:
         if enable:
             self.maintenance.add(node)
+            self.lrm_mode[node] = "maintenance"
             self.node_status[node] = "maintenance"
         else:
             self.maintenance.discard(node)
-            if self.cluster.nodes[node].online:
+            if self.lrm_mode.get(node) == "maintenance" and self.cluster.nodes[node].power == "on":
+                self.lrm_mode[node] = "active"
+            if self.cluster.nodes[node].online and node not in self.unavailable():
                 self.node_status[node] = "online"
         self._ensure_round()
 
-    def node_lost(self, node: str) -> None:
+    def set_lrm_mode(self, node: str, mode: str) -> None:
+        """The node's LRM got a shutdown request (LRM.pm shutdown_request)."""
+        if node in self.maintenance:     # manual maintenance wins: it is kept over the shutdown
+            return
+        self.lrm_mode[node] = mode
+        if mode == "maintenance":
+            self.node_status[node] = "maintenance"
+        self._ensure_round()
+
+    def node_lost(self, node: str, clean: bool = False) -> None:
         self.lost_at[node] = self.cluster.t
-        self.node_status[node] = "unknown"
+        self.lock_free_at[node] = self.cluster.t + (0.0 if clean else LOCK_TIMEOUT_S)
+        # NodeStatus::update: a node in maintenance whose LRM says so stays in maintenance.
+        if node not in self.unavailable():
+            self.node_status[node] = "unknown"
         if self.master == node:
             online = [n for n, x in self.cluster.nodes.items() if x.online]
             self.master = online[0] if online else ""
         self._ensure_round()
 
     def node_back(self, node: str) -> None:
+        """A (re)booted node: its LRM starts active, or in maintenance if that was asked."""
         self.lost_at.pop(node, None)
+        self.lock_free_at.pop(node, None)
+        self.lrm_mode[node] = "maintenance" if node in self.maintenance else "active"
         self.node_status[node] = "maintenance" if node in self.maintenance else "online"
+        if not self.master:
+            self.master = node
         self._ensure_round()
 
     # -- the CRM round ---------------------------------------------------------------
@@ -260,7 +296,9 @@ class HaManager(Placement, StatusViews):
         self.last_round = cluster.t
         if not self.resources:
             return
+        self._watchdogs()
         if cluster.quorate and self.master:
+            self._freeze()
             self._fence_lost_nodes()
             commands, self.commands = self.commands, []
             for command, sid, node in commands:
@@ -272,27 +310,92 @@ class HaManager(Placement, StatusViews):
         cluster.schedule(max(cluster.t + ROUND_S, (cluster.clock.now() // ROUND_S) * ROUND_S),
                          self._round)
 
+    def _watchdogs(self) -> None:
+        """Without quorum no LRM nor CRM can renew its lock: each node whose watchdog was
+        armed when quorum went (its LRM had HA services, or it was the CRM master) resets
+        after WATCHDOG_S (self-fencing).  Rebooted, or booted since, a node waits for quorum
+        with its watchdog disarmed."""
+        cluster = self.cluster
+        if cluster.quorate:
+            self.quorum_lost_at = None
+            self.self_fenced.clear()
+            return
+        if self.quorum_lost_at is None:       # who held an armed watchdog when quorum went
+            self.quorum_lost_at = cluster.t
+            self.armed = {name for name, node in cluster.nodes.items() if node.online and (
+                name == self.master or any(
+                    st["node"] == name and self.requested(sid) != "ignored" and st["state"] != "freeze"
+                    for sid, st in self.service.items()))}
+            return
+        if cluster.t - self.quorum_lost_at < WATCHDOG_S:
+            return
+        for name in sorted(self.armed - self.self_fenced):
+            if cluster.nodes[name].online:
+                self.self_fenced.add(name)
+                cluster.power.reset(name, "watchdog reset")
+
+    def _freeze(self) -> None:
+        """Manager.pm: services on a node whose LRM restarts are frozen (never fenced nor
+        recovered); once that LRM is active again they go on as requested."""
+        for sid, status in self.service.items():
+            mode = self.lrm_mode.get(status["node"], "active")
+            if status["state"] == "freeze":
+                if mode == "active" and self.cluster.nodes[status["node"]].online:
+                    status["state"] = "started" if self.requested(sid) == "started" else "request_stop"
+                    status["uid"] = self._uid()
+            elif mode == "restart" and status["state"] in ("started", "stopped", "request_stop"):
+                status["state"] = "freeze"
+                status["uid"] = self._uid()
+
     def _fence_lost_nodes(self) -> None:
-        for node, since in list(self.lost_at.items()):
-            if self.cluster.t - since < FENCE_DELAY_S:
+        """Manager.pm: a service on a node offline for FENCE_DELAY_S goes to ``fence`` (a
+        stopped one not on a node in maintenance); the CRM fences the node once it gets the
+        node's agent lock, and the services are recovered on the best other node (state
+        ``recovery`` until one qualifies)."""
+        t = self.cluster.t
+        fencing: set[str] = set()
+        for sid, status in self.service.items():
+            node = status["node"]
+            since = self.lost_at.get(node)
+            if since is None or t - since < FENCE_DELAY_S or self.requested(sid) == "ignored":
                 continue
+            state = status["state"]
+            if state in ("freeze", "recovery", "error"):
+                continue
+            if state == "stopped" and node in self.unavailable():
+                continue
+            if state == "stopped" and self.requested(sid) == "disabled":
+                continue
+            status["state"] = "fence"
+            fencing.add(node)
+        for node in sorted(fencing):
             self.node_status[node] = "fence"
-            for sid, status in sorted(self.service.items()):
-                if status["node"] != node or self.requested(sid) == "ignored":
-                    continue
-                guest = self._guest_for_sid(sid)
-                target = self.select_node(sid, exclude={node})
-                if target is None:
-                    status["state"] = "fence"
-                    continue
-                guest.node = target
-                guest.migration = None
-                guest.config.pop("lock", None)
-                status.update(node=target, state="recovery", uid=self._uid())
-                guest.status, guest.started_at = "stopped", None
-            del self.lost_at[node]
+            if t < self.lock_free_at.get(node, t):
+                continue               # the agent lock has not expired yet: wait
             self.node_status[node] = "unknown"
-            self.cluster.invalidate_usage()
+            for status in self.service.values():
+                if status["node"] == node and status["state"] == "fence":
+                    status.update(state="recovery", uid=self._uid())
+        for sid, status in sorted(self.service.items()):
+            if status["state"] == "recovery":
+                self._recover(sid, status)
+        self.cluster.invalidate_usage()
+
+    def _recover(self, sid: str, status: dict[str, Any]) -> None:
+        """next_state_recovery: steal the service to the best node (the guest, stopped, moves
+        with its config); without one it stays in ``recovery`` and is tried again."""
+        guest = self._guest_for_sid(sid)
+        fenced = status["node"]
+        target = self.select_node(sid, exclude={fenced} if not self.cluster.nodes[fenced].online else set())
+        if target is None:
+            return
+        guest.node = target
+        guest.migration = None
+        guest.config.pop("lock", None)
+        guest.status, guest.started_at = "stopped", None
+        state = "started" if self.requested(sid) == "started" else "request_stop"
+        status.update(node=target, state=state, uid=self._uid())
+        status.pop("maintenance_node", None)
 
     def _run_command(self, command: str, sid: str, node: str) -> None:
         """A queued migrate/relocate: refused (a log line in PVE) for a node that is not an
@@ -329,7 +432,7 @@ class HaManager(Placement, StatusViews):
             status.pop("target", None)
             status["state"] = "started"
             status["node"] = guest.node
-            if ok and source in self.maintenance:
+            if ok and source in self.unavailable():
                 status["maintenance_node"] = source
         # The LRM migrates a VM live; a container it relocates (PVECT.pm: online=0, restart).
         migrate.start_migration(self.cluster, guest, node, "root@pam", online=guest.type == "qemu",
@@ -340,12 +443,15 @@ class HaManager(Placement, StatusViews):
         cluster = self.cluster
         status = self.service[sid]
         request = self.requested(sid)
-        if request == "ignored" or status["state"] in ("migrate", "relocate"):
+        if request == "ignored" or status["state"] in ("migrate", "relocate", "freeze", "fence",
+                                                       "recovery"):
             return
         guest = self._guest_for_sid(sid)
         status["node"] = guest.node
         if not cluster.nodes[guest.node].online:
             return
+        if self.lrm_mode.get(guest.node, "active") in ("shutdown", "restart"):
+            return       # its LRM is shutting down: it starts and stops nothing any more
         if guest.lock:
             return
         if request in ("stopped", "disabled"):
@@ -367,7 +473,7 @@ class HaManager(Placement, StatusViews):
             return
         status["state"] = "started"
         online = self._online_nodes()
-        if guest.node in self.maintenance:
+        if guest.node in self.unavailable():
             target = self.select_node(sid, exclude={guest.node})
             if target:
                 self._migrate(sid, target)

@@ -58,6 +58,8 @@ class Placement:
     node_status: dict[str, str]
     maintenance: set[str]
 
+    def unavailable(self) -> set[str]: ...
+
     def effective_rules(self) -> list[dict[str, Any]]:
         """Enabled rules; on PVE 8, groups as the node-affinity rules they become in PVE 9."""
         if self.pve9:
@@ -127,8 +129,8 @@ class Placement:
         return sid in self.resources and state != "ignored"
 
     def _online_nodes(self) -> list[str]:
-        return sorted(n for n, node in self.cluster.nodes.items()
-                      if node.online and n not in self.maintenance)
+        away = self.unavailable()
+        return sorted(n for n, node in self.cluster.nodes.items() if node.online and n not in away)
 
     def select_node(self, sid: str, exclude: set[str] = frozenset()) -> str | None:
         online = [n for n in self._online_nodes() if n not in exclude]

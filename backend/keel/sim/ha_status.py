@@ -19,10 +19,13 @@ class StatusViews:
     service: dict[str, dict[str, Any]]
     node_status: dict[str, str]
     maintenance: set[str]
+    lrm_mode: dict[str, str]
     master: str
     last_round: float
 
     def requested(self, sid: str) -> str: ...
+
+    def unavailable(self) -> set[str]: ...
 
     def manager_status(self) -> dict[str, Any]:
         cluster = self.cluster
@@ -42,8 +45,8 @@ class StatusViews:
             },
             "quorum": {"node": cluster.scenario.local_node, "quorate": int(cluster.quorate)},
             "lrm_status": {
-                n: {"mode": "maintenance" if n in self.maintenance else "active",
-                    "state": "maintenance" if n in self.maintenance else
+                n: {"mode": self.lrm_mode.get(n, "active"),
+                    "state": "maintenance" if n in self.unavailable() else
                     ("active" if any(s["node"] == n for s in self.service.values())
                      else "wait_for_agent_lock"),
                     "timestamp": int(self.last_round), "results": {}}
@@ -75,10 +78,12 @@ class StatusViews:
                         "armed-state": armed})
         for name, node in sorted(cluster.nodes.items()):
             busy = any(s["node"] == name for s in self.service.values())
+            mode = self.lrm_mode.get(name, "active")
             if not node.online:
-                state, watchdog = "old timestamp - dead?", "watchdog standby"
-            elif name in self.maintenance:
-                state, watchdog = "maintenance mode", "watchdog active"
+                state = "maintenance mode" if mode == "maintenance" else "old timestamp - dead?"
+                watchdog = "watchdog standby"
+            elif mode != "active":                   # maintenance, shutdown or restart
+                state, watchdog = f"{mode} mode", "watchdog active"
             elif busy:
                 state, watchdog = "active", "watchdog active"
             else:

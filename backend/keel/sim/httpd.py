@@ -22,6 +22,10 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 MAX_BODY = 64 * 1024 * 1024
 
 
+class DropConnection(Exception):
+    """Raised by the app: close the connection without an answer (a host that is down)."""
+
+
 class WsgiHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 120           # an idle kept-alive connection frees its thread after this
@@ -84,7 +88,11 @@ class WsgiHandler(BaseHTTPRequestHandler):
             started[:] = [status, headers]
             return lambda data: None
 
-        result = self.server.app(environ, start_response)
+        try:
+            result = self.server.app(environ, start_response)
+        except DropConnection:
+            self.close_connection = True
+            return
         try:
             data = b"".join(result)
         finally:

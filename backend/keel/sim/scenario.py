@@ -7,6 +7,7 @@ or strings such as ``5m``.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from keel.sim.scenario_options import read_options
 from keel.sim.scenario_types import (  # noqa: F401 (re-exported: scenario.Guest, ...)
     DEVICE_KEYS, GUEST_STATUSES, GUEST_TYPES, HA_STATES, PRIVSEP_DEFAULT, RULE_TYPES,
     SHARED_STORAGE_TYPES, Acl, Disk, EndpointFault, Faults, GiB, Guest, HaGroup, HaRule, HaSpec,
-    MigrationFault, MiB, Node, Profile, Scenario, Storage, Token, User,
+    MigrationFault, MiB, Node, PowerSpec, Profile, Scenario, Storage, Token, User,
 )
 from keel.validate import Problems, Reader
 
@@ -112,6 +113,9 @@ def _read(top: Reader, problems: Problems) -> Scenario:
         problems.add("ha.rules", "PVE 8 has no HA rules; use ha.groups")
     check_names(problems, major, guests, node_names, rules, groups)
 
+    from keel.sim.scenario_ceph import read_ceph
+    ceph = read_ceph(top.mapping("ceph"), node_names, storages, major) if top.has("ceph") else None
+
     options = read_options(top.raw("cluster_options", None), problems)
 
     users, roles, acl = _access(top, problems)
@@ -146,7 +150,7 @@ def _read(top: Reader, problems: Problems) -> Scenario:
         nodes=nodes, guests=guests, storages=storages, pools=pools,
         ha_rules=rules, ha_groups=groups, cluster_options=options,
         users=users, roles=roles, acl=acl, profiles=profiles, faults=faults,
-        github=github,
+        github=github, ceph=ceph,
     )
 
 
@@ -204,15 +208,58 @@ def _node(r: Reader, index: int) -> Node:
         memory=r.size("memory", 64 * GiB),
         rootfs=r.size("rootfs", 100 * GiB),
         rootfs_used=r.size("rootfs_used", 8 * GiB),
-        online=r.choice("status", ("online", "offline"), "online") == "online",
+        online=r.choice("status", ("online", "offline", "off"), "online") == "online",
         maintenance=r.get("maintenance", bool, False),
         overhead_cpu=r.number("overhead_cpu", 0.3, 0),
         overhead_mem=r.size("overhead_mem", 3 * GiB),
         ip=r.get("ip", str, f"10.0.0.{index + 1}"),
         level=r.get("level", str, ""),
+        votes=r.integer("votes", 1, 0),
+        wakeonlan=_wakeonlan(r),
+        power=_power(r.mapping("power")),
+        powered_off=r.data.get("status") == "off",
     )
     r.done()
     return node
+
+
+def _wakeonlan(r: Reader) -> str | None:
+    """The node config's ``wakeonlan`` property string (``mac=...``), checked as PVE's
+    ``PUT /nodes/{node}/config`` checks it; a mapping is joined into one."""
+    value = r.raw("wakeonlan", None)
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = ",".join(f"{k}={v}" for k, v in value.items())
+    from keel.sim.schema import check_value
+    spec = node_config_specs()["wakeonlan"]
+    try:
+        return str(check_value(spec, str(value)))
+    except ValueError as err:
+        r.problems.add(r.sub("wakeonlan"), str(err))
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def node_config_specs() -> dict[str, Any]:
+    """What ``PUT /nodes/{node}/config`` accepts (PVE's schema)."""
+    from keel.sim.schema import Schema
+    return Schema.load().endpoint("PUT", "/nodes/{node}/config").properties
+
+
+def _power(r: Reader) -> PowerSpec:
+    default = PowerSpec()
+    late = r.mapping("late")
+    power = PowerSpec(
+        shutdown_s=r.duration("shutdown", default.shutdown_s),
+        boot_s=r.duration("boot", default.boot_s),
+        wake_failure=r.number("wake_failure", 0.0, 0, 1),
+        late=late.number("chance", 0.0, 0, 1),
+        late_s=late.duration("by", default.late_s),
+    )
+    late.done()
+    r.done()
+    return power
 
 
 def _access(top: Reader, problems: Problems) -> tuple[list[User], dict[str, tuple[str, ...]], list[Acl]]:

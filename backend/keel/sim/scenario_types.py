@@ -97,6 +97,45 @@ class Node:
     overhead_mem: int
     ip: str
     level: str
+    # Power saving (issue 19): corosync votes, the node config's wakeonlan, how it powers.
+    votes: int = 1
+    wakeonlan: str | None = None    # the node config's property string, as PVE stores it
+    power: "PowerSpec" = field(default_factory=lambda: PowerSpec())
+    powered_off: bool = False       # status: off (asleep: WoL wakes it)
+
+
+@dataclass
+class PowerSpec:
+    """How a node shuts down and boots (docs/simulator.md, "nodes")."""
+
+    shutdown_s: float = 20.0        # guests down -> the node leaves the cluster and is off
+    boot_s: float = 120.0           # power on (WoL) -> in the cluster, pveproxy answering
+    wake_failure: float = 0.0       # chance that a WoL packet does not wake it
+    late: float = 0.0               # chance that it boots late
+    late_s: float = 300.0           # how much later
+
+
+@dataclass
+class CephPool:
+    name: str
+    size: int = 3
+    min_size: int = 2
+    pg_num: int = 128
+    storages: tuple[str, ...] = ()  # the rbd storages on it (guests' disks there use it)
+
+
+@dataclass
+class CephSpec:
+    """A hyperconverged Ceph cluster (docs/simulator.md, "ceph")."""
+
+    osds: dict[str, list[tuple[int, str]]]     # node -> [(size bytes, device class)]
+    mons: tuple[str, ...]
+    pools: list[CephPool]
+    flags: tuple[str, ...] = ()
+    version: str = ""
+    down_out_interval_s: float = 600.0
+    recovery_speed: int = 100 * 1024**2        # bytes/s of backfill
+    fill: float = 0.6                          # thin provisioning: share of disk sizes stored
 
 
 @dataclass
@@ -208,6 +247,7 @@ class Scenario:
     profiles: dict[str, Profile]
     faults: Faults
     github: Any = None              # sim.github.scenario.GitHubSpec: the fake GitHub, if any
+    ceph: CephSpec | None = None    # hyperconverged Ceph, if any
 
     @property
     def pve_major(self) -> int:

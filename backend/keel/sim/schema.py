@@ -45,6 +45,13 @@ _FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
                             r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]*[a-zA-Z0-9])?$"),
                  "value does not look like a valid DNS name"),
     "CIDR": (re.compile(r"^[0-9a-fA-F.:]+/\d{1,3}$"), "value does not look like a valid CIDR network"),
+    # pve-common: an EUI-48 address without the I/G (multicast) bit; interface names; IPv4.
+    "mac-addr": (re.compile(r"^[0-9a-f][02468ace](?::[0-9a-f]{2}){5}$", re.IGNORECASE),
+                 "value does not look like a valid unicast MAC address"),
+    "pve-iface": (re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{1,20}([:.]\d+)?$"),
+                  "invalid network interface name"),
+    "ipv4": (re.compile(r"^(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)$"),
+             "value does not look like a valid IPv4 address"),
 }
 _TAG_RE = re.compile(r"^[a-z0-9_][a-z0-9_\-+.]*$", re.IGNORECASE)
 _LIST_FORMATS = {"pve-configid-list": "pve-configid", "pve-vmid-list": None,

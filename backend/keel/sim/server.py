@@ -28,6 +28,7 @@ from keel.sim.api.handlers import ROUTES
 from keel.sim.cluster import Cluster
 from keel.sim.control import control
 from keel.sim.errors import ApiError
+from keel.sim.httpd import DropConnection
 
 log = logging.getLogger("keel.sim")
 
@@ -35,6 +36,10 @@ API_PREFIXES = {"/api2/json": "json", "/api2/extjs": "extjs"}
 # Parameters of writes kept in the request log: what a test needs to follow guests (never secrets).
 LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "storage", "cores", "memory")
 UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/access/domains")}
+# Writes that touch no /etc/pve, so PVE carries them out without quorum too: a node's
+# shutdown, a Wake-on-LAN packet (how a cluster that lost quorum gets it back), Ceph flags.
+QUORUM_FREE = {("POST", "/nodes/{node}/status"), ("POST", "/nodes/{node}/wakeonlan"),
+               ("PUT", "/cluster/ceph/flags/{flag}")}
 
 
 class SimApp:
@@ -74,6 +79,10 @@ class SimApp:
         logged: dict[str, Any] = {}
         with cluster.lock:
             cluster.sync()
+            if cluster.nodes[cluster.scenario.local_node].power in ("off", "booting"):
+                # the node whose pveproxy this is does not run: nothing answers
+                cluster.log_request(method, path, None, 0)
+                raise DropConnection()
             try:
                 auth = self._authenticate(request, method, path)
                 endpoint, path_params = cluster.schema.resolve(method, path)
@@ -89,7 +98,8 @@ class SimApp:
                 self._check_node(endpoint, raw.get("node"))
                 params = endpoint.check_params(raw)
                 self._inject_fault(method, path)
-                if method != "GET" and (method, endpoint.path) != ("POST", "/access/ticket"):
+                if method != "GET" and (method, endpoint.path) != ("POST", "/access/ticket") \
+                        and (method, endpoint.path) not in QUORUM_FREE:
                     cluster.require_quorum()
                 handler = ROUTES.get((method, endpoint.path))
                 if handler is None:
