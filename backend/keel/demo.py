@@ -205,7 +205,8 @@ def _serve_ui(env: "Env", server: SimServer, harness: Path, tmp: Path, port: int
         for kind, args in (("engine", []), ("web", ["--harness", str(harness)])):
             log = open(tmp / f"{kind}.log", "w")
             started.append(subprocess.Popen([sys.executable, "-m", "keel", kind, "--config", str(config),
-                                             *args], stdout=log, stderr=subprocess.STDOUT, env=environ))
+                                             *args], stdout=log, stderr=subprocess.STDOUT, env=environ,
+                                            process_group=0))     # its workers with it: see _stop
             log.close()
         _wait_listening(port, started, tmp)
         url = f"https://127.0.0.1:{port}/harness/"
@@ -247,8 +248,11 @@ STOP_WITHIN_S = 3.0
 
 
 def _stop(started: list[subprocess.Popen]) -> None:
-    """SIGINT (gunicorn's quick shutdown) to every service still running, SIGKILL to any
-    that has not ended within STOP_WITHIN_S: Ctrl-C ends the demo within 5 s."""
+    """SIGINT (gunicorn's quick shutdown) to every service still running, SIGKILL to the
+    process group of any that has not ended within STOP_WITHIN_S: Ctrl-C ends the demo
+    within 5 s.  Each service has a process group of its own (Ctrl-C in the terminal
+    reaches the demo alone, which passes it on), so a master killed takes its worker
+    with it: a worker outliving its master would finish its shutdown on its own time."""
     for process in started:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -257,8 +261,27 @@ def _stop(started: list[subprocess.Popen]) -> None:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            pass
+    for process in started:
+        _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to what is left of the service's process group, and wait until it is gone."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 class _Said(KeyboardInterrupt):
