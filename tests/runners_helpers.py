@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -214,6 +216,79 @@ def make_kit(sim_factory: Any, tmp_path: Path, scale_sets: list[dict], scenario_
     store = tmp_path / "keel.db"
     service = RunnerService(settings, sim.client(TOKEN), store, clock=clock)
     return Kit(sim, settings, clock, store, service)
+
+
+class LiveClock:
+    """The simulator's time, read locally: its clock runs at ``factor`` times real time from
+    ``start`` (the simulated time when it was set going)."""
+
+    def __init__(self, start: float, factor: float):
+        self.start, self.factor, self.m0 = start, factor, time.monotonic()
+
+    def __call__(self) -> float:
+        return self.start + self.factor * (time.monotonic() - self.m0)
+
+
+@dataclass
+class LiveKit:
+    """A simulator whose clock runs (``factor`` × real time) and a ``RunnerService`` running
+    its own loop (``run``) in a thread, as ``keel runners run`` and the engine run it: no
+    test helper steps its passes."""
+
+    sim: Any
+    settings: Any
+    clock: LiveClock
+    service: RunnerService
+    stop: threading.Event
+    thread: threading.Thread
+
+    def gh(self, method: str, path: str, body: dict | None = None) -> Any:
+        response = requests.request(method, f"{self.sim.url}/_github/{path}", json=body,
+                                    verify=self.sim.cert, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def sleep_until(self, t: float) -> None:
+        """Until the simulated time ``t``."""
+        time.sleep(max(0.0, (t - self.clock()) / self.clock.factor))
+
+    def wait(self, what: Any, timeout_s: float = 60.0, every_s: float = 0.05) -> Any:
+        """``what()`` until it is true (simulated seconds of timeout); its value."""
+        deadline = self.clock() + timeout_s
+        while True:
+            value = what()
+            if value:
+                return value
+            assert self.clock() < deadline, "it did not happen in time"
+            time.sleep(every_s)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in reversed(self.service.store.events(1000, kind))]
+
+    def clones(self) -> list[dict[str, Any]]:
+        return [r for r in self.sim.requests_log(0)
+                if r["method"] == "POST" and r["path"].endswith("/clone") and r["status"] == 200]
+
+
+@contextlib.contextmanager
+def live_kit(sim: Any, tmp_path: Path, scale_sets: list[dict], factor: float = 5.0,
+             **extra: Any) -> Iterator[LiveKit]:
+    """``LiveKit`` on ``sim`` (started with its clock stopped): the clock is set going at
+    ``factor`` and the service's loop started; both stopped at the end."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    settings = runner_settings(sim, write_private_key(tmp_path / "app.pem"), scale_sets, **extra)
+    start = sim.control("POST", "clock", {"factor": factor})["time"]
+    clock = LiveClock(start, factor)
+    service = RunnerService(settings, sim.client(TOKEN), tmp_path / "keel.db", clock=clock, clock_rate=factor)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True, name="keel-runners-test")
+    thread.start()
+    try:
+        yield LiveKit(sim, settings, clock, service, stop, thread)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        service.close()
 
 
 class SimPool:

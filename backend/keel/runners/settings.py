@@ -48,6 +48,9 @@ from keel.validate import Problems, Reader
 # PVE's formats (pve-storage-id, pve-poolid in the API schema).
 STORAGE_ID = re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$")
 POOL_ID = re.compile(r"^[A-Za-z0-9\-_]+$")
+NODE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$")
+VM_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")          # PVE's dns-name
+VMID_LOW, VMID_HIGH = 100, 999999999
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -292,7 +295,7 @@ def merge(base: Any, over: Any) -> dict[str, Any]:
 def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec | None:
     r = Reader(block, path, problems)
     before = len(problems.items)
-    template = r.integer("template", None, 100, 999999999)
+    template, template_name, templates = _template(r)
     cores = r.integer("cores", None, 1, 512)
     memory = r.raw("memory")
     memory_bytes = 0
@@ -307,7 +310,7 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
             if memory_bytes < 128 * MiB or memory_bytes % MiB:
                 problems.add(r.sub("memory"), f"must be at least 128MiB and a whole number of MiB, "
                                               f"got {memory!r}")
-    for key, value in (("template", template), ("cores", cores)):
+    for key, value in (("template", template or template_name or templates or None), ("cores", cores)):
         if value is None and not r.has(key):
             problems.add(r.sub(key), "is required (in the provider's runner block or this one)")
     full_clone = r.get("full_clone", bool, False)
@@ -319,7 +322,8 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
     pool = r.get("pool", str, None)
     if pool is not None and not POOL_ID.match(pool):
         problems.add(r.sub("pool"), f"not a Proxmox VE pool ID (letters, digits, - and _): {pool!r}")
-    spec = RunnerSpec(template=template or 0, cores=cores or 0, memory_bytes=memory_bytes,
+    spec = RunnerSpec(template=template or 0, template_name=template_name, templates=templates,
+                      cores=cores or 0, memory_bytes=memory_bytes,
                       full_clone=full_clone, storage=storage, pool=pool,
                       jit_path=r.get("jit_path", str, DEFAULT_JIT_PATH,
                                      check=lambda v: None if v.startswith("/") else
@@ -331,6 +335,41 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
                                      "full_clone, storage, pool, jit_path)")
     r.done()
     return spec if len(problems.items) == before else None
+
+
+def _template(r: Reader) -> tuple[int | None, str | None, tuple[tuple[str, int], ...]]:
+    """``template``: a VMID, a template's name (its copies, one per node), or a VMID per node."""
+    value = r.raw("template")
+    wrong = ("expected a template's VMID (9000), its name (every template of that name, one per "
+             "node), or one per node ({pve1: 9000, pve2: 9001})")
+    if value is None:
+        return None, None, ()
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not VMID_LOW <= value <= VMID_HIGH:
+            bound = f"at least {VMID_LOW}" if value < VMID_LOW else f"at most {VMID_HIGH}"
+            r.problems.add(r.sub("template"), f"must be {bound}, got {value}")
+        return value, None, ()
+    if isinstance(value, str):
+        if not VM_NAME.match(value):
+            r.problems.add(r.sub("template"), f"{wrong}; {value!r} is not a VM name")
+        return None, value, ()
+    if isinstance(value, dict) and value:
+        per_node = []
+        for node, vmid in value.items():
+            if isinstance(vmid, str) and vmid.isdigit():
+                vmid = int(vmid)
+            if not isinstance(node, str) or not NODE_NAME.match(node):
+                r.problems.add(f"{r.sub('template')}.{node}", "not a Proxmox VE node name")
+            elif isinstance(vmid, bool) or not isinstance(vmid, int) or not VMID_LOW <= vmid <= VMID_HIGH:
+                r.problems.add(f"{r.sub('template')}.{node}", f"expected a VMID from {VMID_LOW} to "
+                                                              f"{VMID_HIGH}, got {vmid!r}")
+            else:
+                per_node.append((node, vmid))
+        return None, None, tuple(sorted(per_node))
+    r.problems.add(r.sub("template"), f"{wrong}, got {value!r}")
+    return None, None, ()
 
 
 def parse(data: Any, source: str = "runners") -> RunnersSettings:
