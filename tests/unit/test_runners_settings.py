@@ -259,3 +259,23 @@ def test_a_window_can_pause_the_scale_set():
     data = yaml.safe_load(yaml.safe_dump(SEED))
     data["scale_sets"][0]["schedule"]["windows"][0]["min_runners"] = 17
     assert "max_runners (16)" in problems_of(data)["scale_sets[0].schedule.windows[0].min_runners"]
+
+
+def test_a_template_is_a_vmid_a_name_or_one_per_node():
+    def runner(template):
+        data = {**SEED, "providers": [{**SEED["providers"][0], "runner": {"template": template}}]}
+        return parse(data).scale_sets[0].providers[0].runner
+    one, named, per_node = runner(9000), runner("runner-tpl"), runner({"pve2": 9001, "pve1": "9000"})
+    assert (one.template, one.template_ids, one.template_text) == (9000, (9000,), "9000")
+    assert (named.template, named.template_name, named.template_ids) == (0, "runner-tpl", ())
+    assert per_node.templates == (("pve1", 9000), ("pve2", 9001))
+    assert per_node.template_text == "pve1=9000, pve2=9001" and per_node.template_ids == (9000, 9001)
+    assert len({one.revision, named.revision, per_node.revision}) == 3     # a new template: replaced
+    assert runner("9000") == one
+    at_key = "scale_sets[0].providers[0].runner.template"
+    for bad, words in ((50, "at least 100"), ("not a name!", "not a VM name"), ([9000], "one per node"),
+                       ({"pve1": "x"}, "expected a VMID"), ({"bad node!": 9000}, "node name")):
+        data = {**SEED, "providers": [{**SEED["providers"][0], "runner": {"template": bad}}]}
+        errors = problems_of(data)
+        key = next(k for k in errors if k.startswith(at_key))
+        assert words in errors[key], (bad, errors)

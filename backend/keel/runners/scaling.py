@@ -133,14 +133,19 @@ def _replace_one(svc: Fleet, ss: ScaleSetSettings, alive: list[Runner], now: flo
 
 
 def _pending(svc: Fleet, views: dict[str, ClusterView]) -> dict[str, dict[str, int]]:
-    """Per provider and node: memory Keel's runners there will still take (full size until used)."""
+    """Per provider and node: memory Keel's runners there will still take (full size until used),
+    counted until their VM has stopped: a runner done with its job still holds its room until its
+    VM is off, however little of it PVE shows in use."""
     pending: dict[str, dict[str, int]] = {name: {} for name in svc.providers}
     for runner in svc.runners.values():
-        if not runner.alive or runner.node is None:
+        if runner.node is None:
             continue
         view = views.get(runner.provider)
         vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
-        used = vm.mem if vm is not None and vm.status == "running" and vm.node == runner.node else 0
+        running = vm is not None and vm.status == "running" and vm.node == runner.node
+        if not runner.alive and not running:
+            continue
+        used = vm.mem if running and vm is not None else 0
         nodes = pending[runner.provider]
         nodes[runner.node] = nodes.get(runner.node, 0) + max(0, runner.memory_bytes - used)
     return pending
