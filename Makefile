@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/web.py || status=1; \
 	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
+	$(PY) tests/bench/runners_load.py || status=1; \
 	exit $$status
 
 # The web UI plugin: one flat file, like pve-manager's pvemanagerlib.js, built from

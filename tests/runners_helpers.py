@@ -21,6 +21,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from keel.runners.record import Runner, description
 from keel.runners.service import RunnerService
 from keel.runners.settings import parse
 
@@ -407,3 +408,49 @@ def runners_stack(tmp: Path, scale_sets: list[dict] | None = None,
             yield RunnersStack(sim, url, client, config, secrets, engine, web)
     finally:
         sim.stop()
+
+
+# -- the seed's "Under load" cluster (tests/integration/test_runners_under_load.py, the bench) ----
+
+UNDER_LOAD_SEED = __import__("yaml").safe_load((Path(__file__).parent / "fixtures" / "rungar" /
+                                                "several-sizes.yaml").read_text())
+SIZES_UNDER_LOAD = {"S": ("rungar-c2-m4", 2, 4), "M": ("rungar-c4-m8", 4, 8), "L": ("rungar-c8-m16", 8, 16)}
+LAYOUT_UNDER_LOAD = {"pve1": "L" + "M" * 2 + "S" * 5, "pve2": "L" + "M" * 3 + "S" * 3, "pve3": "M" * 3 + "S" * 8}
+INSTALLATION_UNDER_LOAD = "under-load"
+SATURDAY_AFTERNOON = "2026-03-07T13:00:00Z"          # 15:00 in Vilnius: no reserve window
+
+
+def under_load_scenario(start_time: str | None = SATURDAY_AFTERNOON) -> dict:
+    """Two large, sixteen small and eight medium jobs running on their runners (160 GiB), the
+    three nodes with 7, 6 and 6 GiB free: the seed's busy afternoon."""
+    installation = parse({**_under_load_settings("https://x/my-org"),
+                          "installation": INSTALLATION_UNDER_LOAD}).installation_id
+    guests = [{"vmid": 150, "name": "dns", "node": "pve1", "memory": "1GiB", "mem_used": 1.0},
+              {"vmid": 151, "name": "ci-cache", "node": "pve2", "memory": "2GiB", "mem_used": 1.0}]
+    runners, jobs = [], []
+    vmid = 200
+    for node, sizes in LAYOUT_UNDER_LOAD.items():
+        for size in sizes:
+            scale_set, cores, gib = SIZES_UNDER_LOAD[size]
+            name = f"{scale_set}-{vmid:08x}"
+            record = Runner(name, scale_set, "pve", runner_id=None, created_at=1772880000.0 - 1200)
+            guests.append({"vmid": vmid, "name": name, "node": node, "cpus": cores, "memory": f"{gib}GiB",
+                           "mem_used": 1.0, "storage": "ceph", "pool": "runners",
+                           "tags": ["keel-runner", f"keel-runner-{installation}"],
+                           "description": description(record, installation)})
+            runners.append({"name": name, "scale_set": scale_set, "vmid": vmid})
+            jobs.append({"repo": "my-org/app", "labels": [scale_set], "duration": "2h", "runner": name})
+            vmid += 1
+    data = scenario(nodes=3, guests=guests, start_time=start_time,
+                    github={"scale_sets": [{"name": s} for s, _, _ in SIZES_UNDER_LOAD.values()],
+                            "runners": runners, "jobs": jobs})
+    data["nodes"][2]["overhead_mem"] = "2GiB"
+    return data
+
+
+def _under_load_settings(url: str) -> dict:
+    data = dict(UNDER_LOAD_SEED)
+    data["github"] = {"url": url, "token_path": "/unused"}
+    data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
+                          "runner": {"template": 9000, "pool": "runners"}}]
+    return data

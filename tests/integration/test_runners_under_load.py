@@ -22,51 +22,11 @@ runner cloned within 2 s of the room being free.
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from keel.runners.record import Runner, description
-from keel.runners.settings import parse
-from runners_helpers import GiB, kit_fixture, live_kit, scenario
+from runners_helpers import (INSTALLATION_UNDER_LOAD as INSTALLATION, SIZES_UNDER_LOAD as SIZES,
+                             UNDER_LOAD_SEED, GiB, kit_fixture, live_kit, under_load_scenario)
 
-SEED = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "fixtures" / "rungar" /
-                       "several-sizes.yaml").read_text())
-SIZES = {"S": ("rungar-c2-m4", 2, 4), "M": ("rungar-c4-m8", 4, 8), "L": ("rungar-c8-m16", 8, 16)}
-LAYOUT = {"pve1": "L" + "M" * 2 + "S" * 5, "pve2": "L" + "M" * 3 + "S" * 3, "pve3": "M" * 3 + "S" * 8}
-INSTALLATION = "under-load"
-SATURDAY_AFTERNOON = "2026-03-07T13:00:00Z"          # 15:00 in Vilnius: no reserve window
-
-
-def under_load_scenario() -> dict:
-    installation = parse({**_settings_data("https://x/my-org"), "installation": INSTALLATION}).installation_id
-    guests = [{"vmid": 150, "name": "dns", "node": "pve1", "memory": "1GiB", "mem_used": 1.0},
-              {"vmid": 151, "name": "ci-cache", "node": "pve2", "memory": "2GiB", "mem_used": 1.0}]
-    runners, jobs = [], []
-    vmid = 200
-    for node, sizes in LAYOUT.items():
-        for size in sizes:
-            scale_set, cores, gib = SIZES[size]
-            name = f"{scale_set}-{vmid:08x}"
-            record = Runner(name, scale_set, "pve", runner_id=None, created_at=1772880000.0 - 1200)
-            guests.append({"vmid": vmid, "name": name, "node": node, "cpus": cores, "memory": f"{gib}GiB",
-                           "mem_used": 1.0, "storage": "ceph", "pool": "runners",
-                           "tags": ["keel-runner", f"keel-runner-{installation}"],
-                           "description": description(record, installation)})
-            runners.append({"name": name, "scale_set": scale_set, "vmid": vmid})
-            jobs.append({"repo": "my-org/app", "labels": [scale_set], "duration": "2h", "runner": name})
-            vmid += 1
-    data = scenario(nodes=3, guests=guests, start_time=SATURDAY_AFTERNOON,
-                    github={"scale_sets": [{"name": s} for s, _, _ in SIZES.values()],
-                            "runners": runners, "jobs": jobs})
-    data["nodes"][2]["overhead_mem"] = "2GiB"
-    return data
-
-
-def _settings_data(url: str) -> dict:
-    data = dict(SEED)
-    data["github"] = {"url": url, "token_path": "/unused"}
-    data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
-                          "runner": {"template": 9000, "pool": "runners"}}]
-    return data
+SEED = UNDER_LOAD_SEED
 
 
 @pytest.fixture

@@ -68,12 +68,9 @@ def run_pass(svc: Fleet, full: bool) -> None:
     if full:
         _sweep_orphans(svc, now)
         _stale_jobs(svc, now)
+    _step(svc, views, removing=True)        # a runner that went stops counting before scaling
     scaling.scale(svc, views, now)
-    for runner in list(svc.runners.values()):
-        if runner.name in svc.runners and _acting(svc, runner.scale_set):
-            view = views.get(runner.provider)
-            vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
-            lifecycle.step(svc, runner, vm, view is not None)
+    _step(svc, views, removing=False)
     for name in svc.sets:
         svc.sets[name].last_reconcile = now if full else svc.sets[name].last_reconcile
 
@@ -116,15 +113,19 @@ def _listing_wanted(svc: Fleet) -> bool:
         or r.missing_since is not None for r in svc.runners.values())
 
 
-def step_only(svc: Fleet) -> None:
-    """Step the runners being created or removed, and nothing else (while stopping)."""
-    now = svc.clock()
-    views = _look(svc, now)
+def _step(svc: Fleet, views: dict[str, ClusterView], removing: bool | None = None) -> None:
+    """Step the runners being removed (``removing``), or the others (not), or all (None)."""
     for runner in list(svc.runners.values()):
-        if runner.name in svc.runners and _acting(svc, runner.scale_set):
+        going = runner.phase in REMOVING or runner.reason is not None
+        if runner.name in svc.runners and _acting(svc, runner.scale_set) and removing in (None, going):
             view = views.get(runner.provider)
             vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
             lifecycle.step(svc, runner, vm, view is not None)
+
+
+def step_only(svc: Fleet) -> None:
+    """Step the runners being created or removed, and nothing else (while stopping)."""
+    _step(svc, _look(svc, svc.clock()))
 
 
 def _acting(svc: Fleet, scale_set: str) -> bool:
@@ -152,10 +153,11 @@ def _look(svc: Fleet, now: float) -> dict[str, ClusterView]:
 
 
 def _list(svc: Fleet, now: float) -> None:
+    known = svc.github_quiet(now)
     try:
         listing = svc.github.list_runners()
-    except KeelError as err:
-        log.warning("cannot list GitHub's runners: %s", err)
+    except KeelError as err:                # warned once an outage: the status shows it meanwhile
+        (log.info if known else log.warning)("cannot list GitHub's runners: %s", err)
         return
     svc.listing = {r["name"]: r for r in listing if svc.name_pattern.match(str(r.get("name", "")))}
     svc.listing_at = now
