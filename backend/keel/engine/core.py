@@ -265,7 +265,8 @@ class Engine:
                 return
             from keel.runners.service import RunnerService
             try:
-                service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock)
+                service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock,
+                                        shared_dir=self.config.engine.shared_dir)
             except KeelError as err:              # a secret file missing: said, retried, never fatal
                 self.runners_error = str(err)
                 self._runners_retry_at = self.clock() + 30.0
