@@ -449,7 +449,7 @@ def under_load_scenario(start_time: str | None = SATURDAY_AFTERNOON) -> dict:
 
 
 def _under_load_settings(url: str) -> dict:
-    data = dict(UNDER_LOAD_SEED)
+    data = {k: v for k, v in UNDER_LOAD_SEED.items() if k != "version"}
     data["github"] = {"url": url, "token_path": "/unused"}
     data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
                           "runner": {"template": 9000, "pool": "runners"}}]

@@ -1022,6 +1022,8 @@ Ext.define('PVE.keel.Runners', {
         } else if (data.blocked_until) {
             notice.showWarning(Ext.String.format(gettext('GitHub asked Keel to wait until {0}: no call to it, ' +
                 'and no runner judged, until then.'), PVE.keel.Render.timestamp(data.blocked_until)));
+        } else if ((data.notices || []).length) {
+            notice.showWarning(data.notices.map(Ext.htmlEncode).join('<br>'));
         } else {
             notice.clear();
         }

@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from keel.errors import KeelError
@@ -31,12 +32,14 @@ from keel.runners.placement import Placement
 from keel.runners.proxmox import ProxmoxProvider, Refused
 from keel.runners.record import Runner
 from keel.runners.scaler import Want
+from keel.runners.settings import node_local
 from keel.runners.spec import ProviderSettings, RunnersSettings, ScaleSetSettings, read_secret
 from keel.runners.store import RunnerStore
 
 log = logging.getLogger("keel.runners")
 
 ERROR_WAIT_S = 5.0
+PMXCFS = Path("/etc/pve")             # on a Proxmox VE node: files outside it are the node's own
 SESSION_KEY = "session:"          # the store's record of the session Keel holds for a scale set
 
 
@@ -71,6 +74,9 @@ class Fleet:
         self.adopted_once = False
         self.name_pattern = name_pattern([s.name for s in settings.scale_sets])
         self.wake: Callable[[], None] = lambda: None   # the loop runs a pass soon (RunnerService)
+        self.notices = [f"runners.{key}: {path} is on this node only; the next node to lead would not have "
+                        f"it: copy it to {place} (pmxcfs) and name that" for key, path, place in node_local(settings)
+                        ] if PMXCFS.is_dir() else []
         for data in self.store.runners():
             runner = Runner.from_dict(data)
             self.runners[runner.name] = runner

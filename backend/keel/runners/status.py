@@ -50,7 +50,7 @@ def snapshot(svc: Fleet) -> dict[str, Any]:
     return {
         "time": now, "installation": svc.installation, "github": svc.settings.github.url,
         "blocked_until": svc.github.blocked_until if svc.github.blocked_until > now else None,
-        "github_state": github_state(svc, now),
+        "github_state": github_state(svc, now), "notices": list(svc.notices),
         "scale_sets": sets, "providers": providers, "runners": runners,
         "queue": queue[:QUEUE_SHOWN], "queued": len(queue),
         "jobs": [{**j.row(), "runner_wait_s": _wait(j.started_at, j.assigned_at),
@@ -239,6 +239,7 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"  {gh['state']}: {gh.get('message') or ''}")
     elif status.get("blocked_until"):
         lines.append(f"  GitHub asked Keel to wait until {_clock(status['blocked_until'])}")
+    lines += [f"  {notice}" for notice in status.get("notices") or []]
     lines += ["", "SCALE SET            STATE          DESIRED CURRENT  IDLE  BUSY   MAX WAITING"]
     for s in status.get("scale_sets", []):
         lines.append(f"{s['name']:<20} {s['state']:<14} {s['desired']:>7} {s['alive']:>7} {s['idle']:>5} "
