@@ -70,6 +70,33 @@ Ext.define('PVE.keel.RunnersUtil', {
         return value === undefined || value === null ? '' : String(value);
     },
 
+    // A template as the config has it (9000, a name, {pve1: 9000, ...}) <-> as typed in one field.
+    templateText: function (value) {
+        if (value && typeof value === 'object') {
+            return Object.keys(value).map(function (node) { return node + '=' + value[node]; }).join(', ');
+        }
+        return value === undefined || value === null ? '' : String(value);
+    },
+
+    templateValue: function (text) {
+        text = String(text || '').trim();
+        if (!text) {
+            return null;
+        }
+        if (/^\d+$/.test(text)) {
+            return parseInt(text, 10);
+        }
+        if (text.indexOf('=') < 0) {
+            return text;
+        }
+        var perNode = {};
+        text.split(/[\s,;]+/).filter(function (x) { return x; }).forEach(function (pair) {
+            var parts = pair.split('=');
+            perNode[parts[0]] = /^\d+$/.test(parts[1] || '') ? parseInt(parts[1], 10) : parts[1];
+        });
+        return perNode;
+    },
+
     splitList: function (text) {
         return String(text || '').split(/[\s,;]+/).filter(function (x) { return x; });
     },
@@ -350,8 +377,8 @@ Ext.define('PVE.keel.ProviderEdit', {
               readOnly: me.index !== null, emptyText: 'pve' },
             { xtype: 'textfield', name: 'nodes', fieldLabel: gettext('Nodes'),
               emptyText: gettext('all online nodes') },
-            { xtype: 'numberfield', name: 'runner.template', fieldLabel: gettext('Template VMID'), minValue: 100,
-              allowDecimals: false },
+            { xtype: 'textfield', name: 'runner.template', fieldLabel: gettext('Template'),
+              emptyText: gettext('VMID, a name (a copy per node), or pve1=9000, pve2=9001') },
             { xtype: 'textfield', name: 'runner.pool', fieldLabel: gettext('Pool') },
             { xtype: 'checkbox', name: 'runner.full_clone', fieldLabel: gettext('Full clone'), inputValue: true,
               uncheckedValue: false },
@@ -379,7 +406,8 @@ Ext.define('PVE.keel.ProviderEdit', {
         var p = this.index === null ? { type: 'proxmox' } : (settings.providers || [])[this.index] || {};
         var runner = p.runner || {};
         return {
-            name: p.name, nodes: PVE.keel.RunnersUtil.list(p.nodes), 'runner.template': runner.template,
+            name: p.name, nodes: PVE.keel.RunnersUtil.list(p.nodes),
+            'runner.template': PVE.keel.RunnersUtil.templateText(runner.template),
             'runner.pool': runner.pool, 'runner.full_clone': !!runner.full_clone, 'runner.storage': runner.storage,
             max_runners: p.max_runners, weight: p.weight, disabled: !!p.disabled, url: p.url, token_id: p.token_id,
         };
@@ -390,7 +418,7 @@ Ext.define('PVE.keel.ProviderEdit', {
         if (name === 'token_secret_path') {
             return 'token_secret';
         }
-        return name;
+        return name.indexOf('runner.template.') === 0 ? 'runner.template' : name;
     },
 
     apply: function (settings, values) {
@@ -401,7 +429,7 @@ Ext.define('PVE.keel.ProviderEdit', {
         p.name = values.name;
         p.type = p.type || 'proxmox';
         U.put(p, 'nodes', U.splitList(values.nodes));
-        U.put(runner, 'template', values['runner.template'] === '' ? null : parseInt(values['runner.template'], 10));
+        U.put(runner, 'template', U.templateValue(values['runner.template']));
         U.put(runner, 'pool', values['runner.pool']);
         U.put(runner, 'full_clone', values['runner.full_clone'] ? true : null);
         U.put(runner, 'storage', values['runner.storage']);

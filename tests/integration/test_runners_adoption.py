@@ -200,3 +200,34 @@ def test_after_kill_9_the_next_keel_reclaims_the_session_and_adopts_the_runners(
     assert [e for e in events if e["kind"] == "reclaimed"]
     assert sum(1 for e in events if e["kind"] == "adopted") == 0     # the same store: it knew them
     assert sum(1 for e in events if e["kind"] == "removed" and e["detail"] == "job_completed") == 3
+
+
+def test_a_new_leader_takes_over_the_session_a_lost_node_left(kit, tmp_path):
+    """Under the engine the session is recorded in engine.shared_dir (pmxcfs): the next leader,
+    on another node, closes the one the lost leader left and adopts its runners at once."""
+    import json
+
+    from keel.runners.shared import shared_path
+    shared = tmp_path / "shared"
+    old = RunnerService(kit.settings, kit.sim.client(TOKEN), tmp_path / "pve1.db", clock=kit.clock,
+                        owner="keel@pve1", shared_dir=shared)
+    old.reconcile_once()
+    kit.queue("keel-c2-m4", duration=60, count=2)
+    for _ in range(20):
+        old.poll_once()
+        old.reconcile_once()
+        kit.advance(1)
+    vms = set(kit.vms())
+    assert len(vms) == 2
+    data = json.loads(shared_path(shared).read_text())
+    data["sessions"]["keel-c2-m4"]["host"] = "pve1"          # as pve1 wrote it, before it was lost
+    shared_path(shared).write_text(json.dumps(data))
+    old.store.close()                                         # pve1 is gone: its session stays on GitHub
+    kit.service.close()
+    kit.service = RunnerService(kit.settings, kit.sim.client(TOKEN), tmp_path / "pve2.db", clock=kit.clock,
+                                owner="keel@pve2", shared_dir=shared)
+    kit.step()
+    assert kit.service.status()["scale_sets"][0]["state"] == "LISTENING"
+    assert tracked(kit) == vms and [e["kind"] for e in kit.service.store.events(50)].count("reclaimed") == 1
+    run_until_clean(kit)
+    kit.assert_clean()

@@ -295,3 +295,31 @@ def test_the_queue_shows_a_waiting_job_and_a_scale_set_is_paused_and_resumed(ope
     page.evaluate("() => Ext.ComponentQuery.query('pveKeelRunners')[0].down('#scaleSetresume').el.dom.click()")
     wait_for(lambda: state_of(page, "keel-c8-m16") == "LISTENING", timeout=30)
     wait_for(lambda: not grid_rows(page, "queue"), timeout=60)               # the job got its runner
+
+
+def test_a_template_per_node_is_typed_in_the_providers_window(open_ui, runners, answers):
+    page = open_runners(open_ui, answers)
+    edit_window(page, "pveKeelProviderEdit", "p.editItem('provider', 'pve')")
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "pve1=9000, pve2=9001"})
+    press_ok(page, "pveKeelProviderEdit")
+    wait_for(lambda: closed(page, "pveKeelProviderEdit"), timeout=20)
+    assert yaml_runner(runners)["template"] == {"pve1": 9000, "pve2": 9001}
+    edit_window(page, "pveKeelProviderEdit", "p.editItem('provider', 'pve')")
+    shown = page.evaluate("() => Ext.ComponentQuery.query('pveKeelProviderEdit')[0].down('#form').getForm()"
+                          ".findField('runner.template').getValue()")
+    assert shown == "pve1=9000, pve2=9001"
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "pve1=x"})
+    press_ok(page, "pveKeelProviderEdit")      # checked in each scale set's block: listed above the form
+    listed = wait_for(lambda: page.evaluate("() => { const b = Ext.ComponentQuery.query('pveKeelProviderEdit')[0]"
+                                            ".down('#errors'); return b.isVisible() && b.el.dom.textContent; }"),
+                      timeout=20)
+    assert "runner.template.pve1" in listed and "expected a VMID" in listed, listed
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "9000"})
+    press_ok(page, "pveKeelProviderEdit")
+    wait_for(lambda: closed(page, "pveKeelProviderEdit"), timeout=20)
+    assert yaml_runner(runners)["template"] == 9000
+
+
+def yaml_runner(runners):
+    import yaml
+    return yaml.safe_load(runners.config.read_text())["runners"]["providers"][0]["runner"]
