@@ -236,7 +236,8 @@ def test_a_scale_set_is_paused_drained_and_resumed_at_run_time(stack):
     data = answer.json()["data"]
     assert data["applied"] and data["scale_set"]["state"] == "PAUSED"
     assert data["scale_set"]["control"]["by"] == "web:keel@pve!keel" and data["scale_set"]["max"] == 0
-    assert "paused by web:keel@pve!keel" in scale_set(stack, "keel-c8-m16")["details"][0]
+    wait_for(lambda: "paused by web:keel@pve!keel" in (scale_set(stack, "keel-c8-m16")["details"] or [""])[0],
+             timeout=30)          # (a restart of the runners by an earlier test may be under way)
     wait_for(lambda: [s["capacity"] for s in stack.gh("GET", "state")["scale_sets"]
                       if s["name"] == "keel-c8-m16"] == [0], timeout=30)      # GitHub is told: no room
     assert api(stack, "POST", "/api/runners/scale-sets/keel-c8-m16/drain", {}).json()["data"]["scale_set"][

@@ -45,11 +45,12 @@ GHOST_GRACE_S = 60.0             # registration gone, VM still running: a ghost 
 DONE_GRACE_S = 60.0              # job done, VM should power off by itself within this
 UNREACHABLE_S = 300.0            # a provider unreachable this long: its runners are written off
 VERDICT_KEEP_S = 86400.0         # a verdict GitHub never allows is dropped after a day
+DONE_LOOK_S = 0.25               # a runner done with its job: its VM is looked at this often till it is off
 STALE_JOBS_PER_PASS = 10
 
 
 def run_pass(svc: Fleet, full: bool) -> None:
-    now = svc.clock()
+    now = svc.last_pass_at = svc.clock()
     svc.placement.expire(now)
     svc.shared.reload()
     svc.ensure_github()
@@ -70,7 +71,7 @@ def run_pass(svc: Fleet, full: bool) -> None:
         _stale_jobs(svc, now)
     _step(svc, views, removing=True)        # a runner that went stops counting before scaling
     scaling.scale(svc, views, now)
-    _step(svc, views, removing=False)
+    _step(svc, views)                       # the rest, and those scaling just began to remove
     for name in svc.sets:
         svc.sets[name].last_reconcile = now if full else svc.sets[name].last_reconcile
 
@@ -85,6 +86,8 @@ def due(svc: Fleet, now: float) -> float:
     if _listing_wanted(svc):
         times.append(svc.listing_at + LISTING_EVERY_S)
     for runner in svc.runners.values():
+        if runner.provider in svc.unreachable:
+            continue                        # stepped when its provider answers (a full pass looks)
         ss = svc.settings.scale_set(runner.scale_set)
         timeout = ss.start_timeout_s if ss is not None else 0.0
         if runner.phase in CREATING or runner.phase in REMOVING or runner.reason:
@@ -92,8 +95,8 @@ def due(svc: Fleet, now: float) -> float:
             if runner.phase in CREATING:
                 times.append(runner.created_at + timeout)
             continue
-        if runner.done:
-            times += [runner.next_at, (runner.done_at or now) + DONE_GRACE_S]
+        if runner.done:                     # its VM powers off soon: that is room to see at once
+            times += [svc.last_pass_at + DONE_LOOK_S, (runner.done_at or now) + DONE_GRACE_S]
         elif runner.connected_at is None and runner.busy_since is None:
             times.append(runner.created_at + timeout)
         if runner.offline_since is not None:

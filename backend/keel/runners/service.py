@@ -170,6 +170,7 @@ class RunnerService(Fleet):
 
     def status(self) -> dict[str, Any]:
         with self.lock:
+            self.shared.reload()              # a control given through another door shows at once
             return status_view.snapshot(self)
 
     def metrics(self) -> str:

@@ -71,6 +71,7 @@ class Fleet:
         self.freed: dict[str, float] = {}              # provider -> when Keel last freed room there
         self.verdicts: dict[str, tuple[Runner, float]] = {}   # ended while GitHub was silent: (runner, when)
         self.last_failure: dict[str, str] = {}
+        self.last_pass_at = 0.0
         self.adopted_once = False
         self.name_pattern = name_pattern([s.name for s in settings.scale_sets])
         self.wake: Callable[[], None] = lambda: None   # the loop runs a pass soon (RunnerService)
