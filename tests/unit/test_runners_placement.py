@@ -122,3 +122,20 @@ def test_the_next_change_is_the_first_backoff_or_hold_to_end():
     assert p.next_change(15.0) == 20.0
     assert p.next_change(20.0) == 60.0
     assert p.next_change(60.0) is None
+
+
+def test_what_fell_due_before_the_last_pass_does_not_call_for_another():
+    """``fleet.due``: a deadline Keel could not act on (GitHub silent) is not due again and
+    again; a backoff ending after the last pass is."""
+    from types import SimpleNamespace
+
+    from keel.runners import fleet
+    svc = SimpleNamespace(placement=Placement(INTERVAL), github=SimpleNamespace(blocked_until=50.0),
+                          sets={}, runners={}, verdicts={}, listing_at=0.0, last_pass_at=100.0,
+                          unreachable={}, settings=SimpleNamespace(scale_set=lambda name: None))
+    assert fleet.due(svc, 101.0) == float("inf")          # the block ended before the last pass
+    svc.placement.refused("large", 10, "pve", FULL, 95.0)  # its 15 s end at 110
+    assert fleet.due(svc, 101.0) == 110.0
+    assert fleet.due(svc, 111.0) == 111.0                  # it ended after the last pass: a pass now
+    svc.last_pass_at = 111.0
+    assert fleet.due(svc, 111.5) == 155.0                  # then the hold's end (two intervals from 95)

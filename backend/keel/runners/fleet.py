@@ -77,8 +77,9 @@ def run_pass(svc: Fleet, full: bool) -> None:
 
 
 def due(svc: Fleet, now: float) -> float:
-    """The earliest time after ``now`` a pass has something to do (``now``: at once)."""
-    times = [svc.placement.next_change(now), svc.github.blocked_until or None]
+    """The earliest time a pass has something to do (``now``: at once): of the times something
+    falls due, the first after the last pass."""
+    times = [svc.placement.next_change(svc.last_pass_at), svc.github.blocked_until]
     times += [state.retry_at for state in svc.sets.values() if state.session is None and state.retry_at]
     for state in svc.sets.values():
         if state.excess_since is not None:
@@ -105,7 +106,9 @@ def due(svc: Fleet, now: float) -> float:
             times.append(runner.missing_since + GHOST_GRACE_S)
         if ss is not None and ss.max_age_s is not None:
             times.append(runner.created_at + ss.max_age_s)
-    later = [t for t in times if t is not None]
+    # What fell due before the last pass was seen to by it: a deadline Keel may not act on yet
+    # (GitHub silent, a listing to wait for) does not make every turn of the loop a pass.
+    later = [t for t in times if t is not None and t > svc.last_pass_at]
     return max(now, min(later)) if later else float("inf")
 
 

@@ -111,10 +111,10 @@ class Placement:
         if backoff is not None:
             backoff.until = min(backoff.until, now)
 
-    def next_change(self, now: float) -> float | None:
-        """When the next backoff or hold still running ends: a pass is due then."""
-        ends = [b.until for b in self.backoffs.values() if b.until > now]
-        ends += [h.until for holds in self.holds.values() for h in holds.values() if h.until > now]
+    def next_change(self, after: float) -> float | None:
+        """When the first backoff or hold ends after ``after`` (the last pass): a pass is due then."""
+        ends = [b.until for b in self.backoffs.values() if b.until > after]
+        ends += [h.until for holds in self.holds.values() for h in holds.values() if h.until > after]
         return min(ends, default=None)
 
     # -- holds -------------------------------------------------------------------------------
