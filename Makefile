@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-debian bench schema clean ui deb test-package
+.PHONY: demo test test-debian bench chaos schema clean ui deb test-package extjs
 
 $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,16 +13,25 @@ $(STAMP): requirements-dev.txt setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# ExtJS (GPL, npm) for the web UI harness: a test and demo dependency, never shipped.
+# ExtJS (GPL) and Font Awesome for the web UI harness, as www/package-lock.json pins them:
+# a test and demo dependency, never shipped.  tools/fetch-npm takes the npm registry's
+# tarballs and checks their integrity hashes; no node or npm needed (`npm ci` in www/
+# installs the same files).
 EXTJS := www/node_modules/extjs-gpl/build/ext-all.js
 
-$(EXTJS): www/package.json www/package-lock.json
-	cd www && npm ci --no-audit --no-fund --ignore-scripts
+$(EXTJS): www/package.json www/package-lock.json | $(STAMP)
+	$(PY) tools/fetch-npm www
 	touch $@
 
-demo: $(STAMP) $(EXTJS) ui
-	$(VENV)/bin/keel demo --harness www
+extjs: $(EXTJS)
 
+# The command-line story always runs; without ExtJS (no network, say) the demo says what
+# is missing and keeps the simulator running.  DEMO_ARGS="--port 9443": keel-web's port.
+demo: $(STAMP) ui
+	@$(PY) tools/fetch-npm www || true
+	$(VENV)/bin/keel demo --harness www $(DEMO_ARGS)
+
+# The whole suite: 10-20 minutes on 2 cores (docs/development.md).
 test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q
 
@@ -33,16 +42,37 @@ test-debian:
 	PYTHONPATH=$(CURDIR)/backend /usr/bin/python3 -m pytest -q -p no:cacheprovider \
 	    -W "ignore::pytest.PytestUnraisableExceptionWarning" tests/unit tests/integration tests/security
 
+# ProxLB 2.3.0 from PyPI in a venv of its own, for the bench's side-by-side run only (it is
+# GPL-3.0 and never imported: tests/bench/versus_proxlb.py runs it as a process). Without
+# network the install fails, and the bench says so and runs the rest.
+PROXLB_VENV  := build/proxlb-venv
+PROXLB_STAMP := $(PROXLB_VENV)/.proxlb-2.3.0
+
+$(PROXLB_STAMP):
+	$(PYTHON) -m venv $(PROXLB_VENV)
+	$(PROXLB_VENV)/bin/python -m pip install --quiet proxlb==2.3.0
+	touch $@
+
 # Every part runs even if one misses a target; any miss fails the target.
 bench: $(STAMP)
 	@status=0; \
+	$(MAKE) --no-print-directory $(PROXLB_STAMP) || echo "ProxLB 2.3.0 could not be installed from PyPI: the bench runs without it"; \
 	$(PY) tests/bench/run.py || status=1; \
 	$(PY) tests/bench/planner.py || status=1; \
+	$(PY) tests/bench/versus_proxlb.py || status=1; \
 	$(PY) tests/bench/web.py || status=1; \
 	$(PY) tests/bench/web_slow.py || status=1; \
+	$(PY) tests/bench/streaming.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	$(PY) tests/bench/runners_load.py || status=1; \
 	exit $$status
+
+# The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials
+# from KEEL_CHAOS_SEED (a new one each run unless given; printed, to run a failure again).
+chaos: $(STAMP)
+	@seed=$${KEEL_CHAOS_SEED:-$$(date +%s)}; echo "chaos: seed $$seed, $${KEEL_CHAOS_TRIALS:-200} trials"; \
+	KEEL_CHAOS_SEED=$$seed KEEL_CHAOS_TRIALS=$${KEEL_CHAOS_TRIALS:-200} \
+	    $(PY) -m pytest -q tests/integration/test_chaos.py
 
 # The web UI plugin: one flat file, like pve-manager's pvemanagerlib.js, built from
 # pve-ui/src/*.js in name order.

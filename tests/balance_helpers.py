@@ -132,3 +132,57 @@ def violations(snapshot, config, plan):
             if len({where[v] for v in members}) != 1:
                 found.append(f"affinity {tag} ends split: {sorted((v, where[v]) for v in members)}")
     return found
+
+
+def streamed_violations(snapshot, config, plan, durations):
+    """Play a plan through the executor's slots (``keel.balance.slots``) with the given
+    duration for each move, and list every rule, memory or concurrency limit it breaks at
+    any moment: memory is held on both nodes from a move's start to its end; a guest of an
+    anti-affinity group counts on its source until it has left and on its target from the
+    moment it starts; at most ``concurrent`` moves at once, ``per_node`` into and out of a
+    node."""
+    from keel.balance import slots
+    found = []
+    moves = list(plan.moves)
+    guests = snapshot.guests
+    cap = {n: node.maxmem * (1 - config.headroom) for n, node in snapshot.nodes.items()}
+    used = {n: float(node.mem) for n, node in snapshot.nodes.items()}
+    anti = {v: {t for t in g.tags if t.startswith("plb_anti_affinity_")} for v, g in guests.items()}
+    on = {n: set() for n in snapshot.nodes}          # guests that count on a node
+    for v, g in guests.items():
+        on[g.node].add(v)
+    deps = slots.dependencies(moves)
+    limits = slots.Slots(config.limits.concurrent, config.limits.per_node)
+    waiting, running, ended = list(range(len(moves))), {}, set()
+    now = 0.0
+    while waiting or running:
+        for i in limits.startable(moves, deps, waiting, list(running), ended):
+            move = moves[i]
+            waiting.remove(i)
+            running[i] = now + durations[i]
+            used[move.target] += move.mem_bytes
+            if used[move.target] > cap[move.target] + 1:
+                found.append(f"t={now:.0f}: {move.target} over its memory limit as {move.vmid} starts")
+            for other in on[move.target]:
+                if other != move.vmid and anti[move.vmid] & anti[other]:
+                    found.append(f"t={now:.0f}: {move.vmid} joins {other} of its group on {move.target}")
+            on[move.target].add(move.vmid)
+        if len(running) > config.limits.concurrent:
+            found.append(f"t={now:.0f}: {len(running)} moves at once")
+        for node in snapshot.nodes:
+            into = sum(1 for i in running if moves[i].target == node)
+            out = sum(1 for i in running if moves[i].source == node)
+            if max(into, out) > config.limits.per_node:
+                found.append(f"t={now:.0f}: {into} into and {out} out of {node} at once")
+        if not running:
+            break                                     # the rest can never start
+        now = min(running.values())
+        for i in [i for i, end in running.items() if end <= now]:
+            move = moves[i]
+            del running[i]
+            ended.add(i)
+            used[move.source] -= move.mem_bytes
+            on[move.source].discard(move.vmid)
+    if waiting:
+        found.append(f"moves never started: {[moves[i].vmid for i in waiting]}")
+    return found

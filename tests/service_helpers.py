@@ -30,12 +30,13 @@ def write_config(tmp: Path, sim: Any, node: str = "pve1", lock: Path | None = No
     tmp.mkdir(parents=True, exist_ok=True)
     token = tmp / "token"
     token.write_text(api_token + "\n")
+    token.chmod(0o600)                    # keel-engine refuses a token file others may read
     cert_dir = Path(sim.cert).parent
     config = {
         "proxmox": {"url": sim.url, "token_file": str(token), "ca_file": sim.cert},
         "balancing": {"interval": "2s", **(balancing or {})},
         "engine": {"socket": str(tmp / "engine.sock"), "store": str(tmp / "keel.db"),
-                   "lock": str(lock or tmp / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
+                   "lock": str(lock or tmp / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "0.5s",
                    "shared_dir": str(shared or tmp / "shared"), "node": node, "status_interval": "1s",
                    "secrets_dir": str(tmp / "secrets"), **(engine or {})},
         "web": {"listen": f"127.0.0.1:{web_port or free_port()}", "cert": str(cert_dir / "sim.crt"),

@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--harness", metavar="DIR",
                       help="then serve the web UI harness in DIR (the repository's www/; make demo does) "
                            "with keel-engine and keel-web on the simulator, until Ctrl-C")
+    demo.add_argument("--port", type=int, metavar="PORT",
+                      help="keel-web's port for the web UI (default 8443, or a free one if 8443 is in use)")
 
     imp = sub.add_parser("import-proxlb", help="convert a ProxLB config to Keel's (YAML with comments)",
                          description="Print the Keel config (proxmox: and balancing:) equivalent to a "
@@ -155,38 +157,49 @@ def load_config(args: argparse.Namespace, env: Env) -> Any:
 def connect_with_config(args: argparse.Namespace, env: Env) -> tuple[Any, Any]:
     """(PveClient, Config): flags, then environment, then the config file."""
     from keel import config as cfg
+    from keel.errors import InvalidError
     from keel.pve.client import PveClient
 
     config = load_config(args, env)
     settings = config.proxmox
     overrides = dict(env.environ)
+    sources: dict[str, str] = {}
     if args.pve_url:
-        overrides["KEEL_PVE_URL"] = args.pve_url
+        overrides["KEEL_PVE_URL"], sources["KEEL_PVE_URL"] = args.pve_url, "--pve-url"
     if args.ca_file:
-        overrides["KEEL_PVE_CA_FILE"] = args.ca_file
+        overrides["KEEL_PVE_CA_FILE"], sources["KEEL_PVE_CA_FILE"] = args.ca_file, "--ca-file"
     if args.insecure:
         overrides["KEEL_PVE_INSECURE"] = "1"
     if args.pve_token_file:
         overrides["KEEL_PVE_TOKEN"] = cfg.read_secret(args.pve_token_file, "API token")
+        sources["KEEL_PVE_TOKEN"] = f"--pve-token-file {args.pve_token_file}"
     if args.pve_user:
         overrides["KEEL_PVE_USER"] = args.pve_user
         overrides.pop("KEEL_PVE_TOKEN", None) if not args.pve_token_file else None
     if args.pve_password_file:
         overrides["KEEL_PVE_PASSWORD"] = cfg.read_secret(args.pve_password_file, "password")
-    return PveClient(cfg.target_from(settings, overrides)), config
+    given = ("KEEL_PVE_URL", "KEEL_PVE_TOKEN", "KEEL_PVE_USER", "KEEL_PVE_PASSWORD")
+    if config.source == cfg.Config().source and not any(overrides.get(k) for k in given) \
+            and not cfg.DEFAULT_TOKEN_FILE.exists():
+        raise InvalidError(f"no config file and no PVE URL or token given (looked for --config, $KEEL_CONFIG "
+                           f"and {cfg.DEFAULT_CONFIG_FILE}): on a Proxmox VE node run `keel setup`; "
+                           f"elsewhere give --pve-url and --pve-token-file (or KEEL_PVE_URL and "
+                           f"KEEL_PVE_TOKEN), or --config FILE")
+    return PveClient(cfg.target_from(settings, overrides, sources=sources)), config
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
     from keel.pve import snapshot
     from keel.status_view import Style, render, summary
 
-    client = connect(args, env)
+    client, config = connect_with_config(args, env)
     snap = snapshot.collect(client, psi=args.psi)
     if args.json:
-        json.dump(summary(snap), env.stdout, indent=2)
+        json.dump(summary(snap, config.balancing), env.stdout, indent=2)
         env.stdout.write("\n")
     else:
-        env.stdout.write(render(snap, Style(env.color, env.unicode), show_guests=args.guests))
+        env.stdout.write(render(snap, Style(env.color, env.unicode), show_guests=args.guests,
+                                settings=config.balancing))
     return ExitStatus.OK
 
 
@@ -238,7 +251,7 @@ def write_converted(text: str, args: argparse.Namespace, env: Any) -> int:
 
 def cmd_demo(args: argparse.Namespace, env: Env) -> int:
     from keel.demo import run_demo
-    return run_demo(env, args.scenario, args.keep_running, args.harness)
+    return run_demo(env, args.scenario, args.keep_running, args.harness, args.port)
 
 
 def _balance_command(name: str) -> Any:

@@ -75,10 +75,14 @@ def _snapshot(client: Any, settings: Any) -> Any:
     return snapshot.collect(client, psi=settings.mode == "psi")
 
 
-def _plan(client: Any, settings: Any, store: Store, now: float) -> tuple[Any, Plan]:
+def _plan(client: Any, settings: Any, store: Store, now: float, oneshot: bool = False) -> tuple[Any, Plan]:
+    """``oneshot``: ``keel plan`` and ``keel apply`` plan as far as the level (within
+    ``limits.oneshot``), not one round's budget."""
+    from keel.balance.guestconfig import Reader
     snap = _snapshot(client, settings)
     samples = store.samples(now - settings.window_s)
-    return snap, make_plan(snap, settings, store.history(now), now, samples or None)
+    return snap, make_plan(snap, settings, store.history(now), now, samples or None, oneshot=oneshot,
+                           configs=Reader(client))
 
 
 def _print_plan(plan: Plan, args: argparse.Namespace, env: Any) -> None:
@@ -101,7 +105,7 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
         from keel import cli_engine
         return cli_engine.plan(engine, args, env, lambda plan: _print_plan(plan, args, env))
     client, settings, store = _setup(args, env)
-    _, plan = _plan(client, settings, store, time.time())
+    _, plan = _plan(client, settings, store, time.time(), oneshot=True)
     _print_plan(plan, args, env)
     return ExitStatus.OK
 
@@ -113,10 +117,12 @@ def _printer(env: Any, as_json: bool) -> Any:
         elif event["event"] == "start":
             env.stdout.write(f"  start   {event['vmid']} {event['name']}: {event['source']} -> "
                              f"{event['target']} ({event['reason']})\n")
-        elif event["event"] in ("done", "failed"):
-            mark = "ok" if event["event"] == "done" else f"FAILED: {event['error']}"
+        elif event["event"] in ("done", "failed", "not_started"):
+            mark = {"done": "ok", "failed": f"FAILED: {event['error']}"}.get(event["event"], event["error"])
             env.stdout.write(f"  [{event['completed']}/{event['total']}] {event['vmid']} {event['name']} "
                              f"on {event['target']}: {mark}\n")
+        elif event["event"] == "slow":
+            env.stdout.write(f"  slow    {event['vmid']} {event['name']}: {event['detail']}\n")
         elif event["event"] == "wave":
             n = event["moves"]
             env.stdout.write(f"wave {event['wave']}: {n} move{'' if n == 1 else 's'}\n")
@@ -188,7 +194,7 @@ def cmd_apply(args: argparse.Namespace, env: Any) -> int:
         return cli_engine.apply(engine, args, env, lambda plan: _print_plan(plan, args, env),
                                 lambda q: _confirm(q, args, env), _printer(env, args.json), _who(env))
     client, settings, store = _setup(args, env)
-    _, plan = _plan(client, settings, store, time.time())
+    _, plan = _plan(client, settings, store, time.time(), oneshot=True)
     if not args.json:
         _print_plan(plan, args, env)
     if not plan.moves:

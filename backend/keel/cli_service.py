@@ -57,6 +57,8 @@ def cmd_engine(args: argparse.Namespace, env: Any) -> int:
     from keel.engine.serve import serve
     path = _config_path(args, env)
     config = cfg.load(path)                       # refuse a bad file before forking anything
+    # ... and credentials it cannot use: no URL, no token, a CA or secret file it refuses
+    cfg.target_from(config.proxmox, env.environ, strict=config.engine.open_secret_files == "refuse")
     es = config.engine
     socket_path = Path(es.socket)
     socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,12 +172,16 @@ def cmd_setup(args: argparse.Namespace, env: Any) -> int:
     from keel.pve.provision import provision
     from keel.files import atomic_write
     config_path = Path(args.config or env.environ.get("KEEL_CONFIG") or cfg.DEFAULT_CONFIG_FILE)
-    token_file = Path(args.token_file or cfg.DEFAULT_TOKEN_FILE)
+    # the config is read from any directory: every path written into it is absolute
+    token_file = Path(args.token_file or cfg.DEFAULT_TOKEN_FILE).absolute()
     if not config_path.exists():
         args.config = None                    # not there yet: this command writes it
         env.environ.pop("KEEL_CONFIG", None)
     client, _ = connect_with_config(args, env)
     have_secret = token_file.exists() and token_file.read_text().strip().startswith("keel@pve!keel=")
+    if have_secret:
+        from keel.files import check_secret_mode
+        check_secret_mode(token_file, "API token")
     outcome = provision(client, have_secret)
     for line in outcome.steps:
         env.stdout.write(line + "\n")
@@ -187,7 +193,8 @@ def cmd_setup(args: argparse.Namespace, env: Any) -> int:
         env.stdout.write(f"config {config_path}: exists, left as it is\n")
     else:
         target = client.target
-        ca = env.environ.get("KEEL_PVE_CA_FILE") or getattr(args, "ca_file", None)
+        ca = getattr(args, "ca_file", None) or env.environ.get("KEEL_PVE_CA_FILE")
+        ca = str(Path(ca).absolute()) if ca else None
         text = DEFAULT_CONFIG.format(url=target.url, token_file=token_file,
                                      ca=f"  ca_file: {ca}\n" if ca else "")
         cfg.parse(yaml.safe_load(text), str(config_path))      # what we write must load

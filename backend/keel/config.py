@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from keel.errors import InvalidError
+from keel.files import check_secret_mode
 from keel.balance import settings as balance_settings
 from keel.balance.settings import BalancingSettings
 from keel.engine.settings import EngineSettings, WebSettings, read_engine, read_web
@@ -106,43 +107,80 @@ def _proxmox(r: Reader) -> ProxmoxSettings:
     return settings
 
 
-def read_secret(path: str, what: str) -> str:
+OPEN_SECRETS_OVERRIDE = "engine.open_secret_files: warn"
+
+
+def read_secret(path: str, what: str, strict: bool = False) -> str:
+    """A secret from its file (the message names the file, never the content).  A file its
+    group or others may read is warned about, or with ``strict`` (keel-engine) refused."""
     try:
         value = Path(path).read_text().strip()
     except OSError as err:
         raise InvalidError(f"cannot read the {what} from {path}: {err.strerror}") from None
     if not value:
         raise InvalidError(f"the {what} file {path} is empty")
+    check_secret_mode(Path(path), what, strict, OPEN_SECRETS_OVERRIDE)
     return value
 
 
-def target_from(settings: ProxmoxSettings, env: dict[str, str] | None = None) -> Target:
-    """The PVE target from settings, with ``KEEL_PVE_*`` environment variables on top."""
+def check_ca_file(path: str, named: str) -> None:
+    """A CA file that is not there or holds no certificate, named with where it was given
+    (``--ca-file``, ``KEEL_PVE_CA_FILE``, ``proxmox.ca_file``) before any connection."""
+    import ssl
+    fix = ("give the cluster's CA certificate (on a node /etc/pve/pve-root-ca.pem) or, for a test "
+           "cluster only, turn verification off (--insecure or KEEL_PVE_INSECURE=1)")
+    file = Path(path)
+    if file.is_dir():
+        return                                  # a directory of hashed certificates, as OpenSSL takes
+    if not file.exists():
+        raise InvalidError(f"the CA file {path} ({named}) does not exist: {fix}")
+    try:
+        ssl.create_default_context(cafile=str(file))
+    except (ssl.SSLError, OSError, ValueError, UnicodeDecodeError):
+        raise InvalidError(f"the CA file {path} ({named}) cannot be read as PEM certificates: {fix}") from None
+
+
+def target_from(settings: ProxmoxSettings, env: dict[str, str] | None = None, *, strict: bool = False,
+                sources: dict[str, str] | None = None) -> Target:
+    """The PVE target from settings, with ``KEEL_PVE_*`` environment variables on top.
+    ``sources`` names where an environment value really came from (``{"KEEL_PVE_CA_FILE":
+    "--ca-file"}``), for errors; ``strict``: secret files others may read are refused."""
     env = dict(os.environ if env is None else env)
+    named = {**{key: key for key in env}, **(sources or {})}
+    url_from = named["KEEL_PVE_URL"] if env.get("KEEL_PVE_URL") else "proxmox.url"
     url = env.get("KEEL_PVE_URL") or settings.url
     verify: bool | str = settings.verify_tls
     ca_file = env.get("KEEL_PVE_CA_FILE") or settings.ca_file
+    insecure = env.get("KEEL_PVE_INSECURE", "").lower() in ("1", "true", "yes")
     if ca_file:
         verify = ca_file
+        if verify and not insecure:
+            check_ca_file(ca_file, named["KEEL_PVE_CA_FILE"] if env.get("KEEL_PVE_CA_FILE") else "proxmox.ca_file")
     elif verify and PVE_CA_FILE.exists() and _is_local(url):
         verify = str(PVE_CA_FILE)
-    if env.get("KEEL_PVE_INSECURE", "").lower() in ("1", "true", "yes"):
+    if insecure:
         verify = False
-    target = Target.from_url(url, verify=verify, timeout_s=settings.timeout_s)
+    try:
+        target = Target.from_url(url, verify=verify, timeout_s=settings.timeout_s)
+    except InvalidError as err:
+        raise InvalidError(f"{url_from}: {err}") from None
     token = env.get("KEEL_PVE_TOKEN")
+    origin = named.get("KEEL_PVE_TOKEN", "KEEL_PVE_TOKEN")
     # a user given on the command line or in the environment wins over the file's token
     by_user = bool(env.get("KEEL_PVE_USER"))
     if not token and settings.token_file and not by_user:
-        token = read_secret(settings.token_file, "API token")
+        token = read_secret(settings.token_file, "API token", strict)
+        origin = f"proxmox.token_file {settings.token_file}"
     if not token and not by_user and not settings.password_file and not env.get("KEEL_PVE_PASSWORD") \
             and DEFAULT_TOKEN_FILE.exists():
-        token = read_secret(str(DEFAULT_TOKEN_FILE), "API token")
+        token = read_secret(str(DEFAULT_TOKEN_FILE), "API token", strict)
+        origin = str(DEFAULT_TOKEN_FILE)
     if token:
-        return target.with_token(token)
+        return target.with_token(token, origin)
     user = env.get("KEEL_PVE_USER") or settings.user
     password = env.get("KEEL_PVE_PASSWORD")
     if password is None and settings.password_file:
-        password = read_secret(settings.password_file, "password")
+        password = read_secret(settings.password_file, "password", strict)
     if not user or password is None:
         raise InvalidError("no way to log in to PVE: give an API token (KEEL_PVE_TOKEN or "
                            "proxmox.token_file, as user@realm!name=secret) or a user and password "

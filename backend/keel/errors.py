@@ -71,6 +71,10 @@ class UnavailableError(KeelError):
     http_status = 503
 
 
+class FencedError(BusyError):
+    """This engine does not hold the leader lease (any more): the act was not made."""
+
+
 class AuthError(KeelError):
     """Authentication failed (bad or missing credentials)."""
 

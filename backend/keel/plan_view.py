@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from keel.balance.plan import Plan
-from keel.status_view import Style
+from keel.status_view import IMBALANCE_MEANS, Style
 from keel.units import format_bytes, format_duration
 
 GiB = 1024**3
@@ -17,8 +17,8 @@ def render_plan(plan: Plan, style: Style, verbose: bool = False) -> str:
     b, a = plan.before.figures, plan.after.figures
     colour = {"PLANNED": "33", "BALANCED": "32"}.get(plan.verdict, "31")
     lines = [f"{style.paint(plan.verdict, colour)}: {plan.reason}",
-             f"Imbalance {b.keel:.2f} {arrow} {a.keel:.2f} (Keel: typical distance of a node from "
-             f"the cluster average){dot}PVE {b.pve:.2f} {arrow} {a.pve:.2f}{dot}"
+             f"Imbalance {b.keel:.2f} {arrow} {a.keel:.2f} ({IMBALANCE_MEANS}){dot}"
+             f"PVE's CRS figure {b.pve:.2f} {arrow} {a.pve:.2f}{dot}"
              f"fullest node {b.peak:.0%} {arrow} {a.peak:.0%}",
              f"method {plan.method}, mode {plan.config.get('mode')}, threshold "
              f"{plan.config.get('threshold', 0):.2f}"]

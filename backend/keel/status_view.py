@@ -2,7 +2,7 @@
 
     Cluster demo · Proxmox VE 9.1.4 · quorate · HA master pve1
     4 nodes (4 online) · 24 guests (20 running, 1 template) · 8 HA resources
-    Imbalance 0.38 (PVE CRS figure, 0 = even, 1 = all on one node) · spread: CPU 46, memory 52, disk 3 points
+    Imbalance 0.21 (typical distance of a node from the cluster average) · PVE's CRS figure 0.38 · spread: CPU 46, memory 52, disk 3 points
 
     NODE   STATE    CPU                    MEMORY                 DISK                GUESTS
     pve1   online   ████████████░░░░  74%  ███████████░░░░░  70%  ██░░░░░░░░░░░░░░ 12%  9 (8 running, 3 HA)
@@ -10,17 +10,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
+from keel.balance.balancer import imbalance
 from keel.balance.metrics import node_load, pve_imbalance, spread
+from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Node, Snapshot
 from keel.units import format_bytes, format_duration
 
 BAR_WIDTH = 16
 
 
-def summary(snapshot: Snapshot) -> dict[str, Any]:
-    """The figures both views show, as plain data (this is also the JSON output)."""
+# The imbalance (docs/balancing.md, "The imbalance"): what `keel status`, `keel plan`, the
+# API and the web UI call "imbalance", and what it means in a few words.
+IMBALANCE_MEANS = "typical distance of a node from the cluster average"
+
+
+def summary(snapshot: Snapshot, settings: BalancingSettings | None = None,
+            maintenance: Iterable[str] = ()) -> dict[str, Any]:
+    """The figures both views show, as plain data (this is also the JSON output).  The
+    imbalance is the one a plan shows before its moves, with these balancing settings
+    (default: Keel's defaults) and nodes in maintenance."""
+    figures = imbalance(snapshot, settings or BalancingSettings(), maintenance)
     online = [n for n in snapshot.nodes.values() if n.online]
     loads = [node_load(n.cpu_frac, n.mem_frac) for n in online]
     nodes = []
@@ -43,6 +54,7 @@ def summary(snapshot: Snapshot) -> dict[str, Any]:
         "quorate": snapshot.quorate, "ha_master": snapshot.ha_master, "taken_at": snapshot.taken_at,
         "api_calls": snapshot.api_calls,
         "imbalance": {
+            "keel": round(figures.keel, 4),
             "pve": round(pve_imbalance(loads), 4),
             "spread_cpu": spread(n.cpu_frac for n in online),
             "spread_mem": spread(n.mem_frac for n in online),
@@ -88,8 +100,9 @@ class Style:
         return self.paint(text, code)
 
 
-def render(snapshot: Snapshot, style: Style, show_guests: bool = False) -> str:
-    data = summary(snapshot)
+def render(snapshot: Snapshot, style: Style, show_guests: bool = False,
+           settings: BalancingSettings | None = None) -> str:
+    data = summary(snapshot, settings)
     dot = f" {style.dot} "
     lines = []
     head = [f"Cluster {snapshot.cluster_name or '(standalone)'}", f"Proxmox VE {snapshot.pve_version}",
@@ -110,7 +123,7 @@ def render(snapshot: Snapshot, style: Style, show_guests: bool = False) -> str:
         counts.append(f"{ha_count} HA resources")
     lines.append(dot.join(counts))
     imb = data["imbalance"]
-    lines.append(f"Imbalance {imb['pve']:.2f} (PVE CRS figure: 0 = even, 1 = all load on one node)"
+    lines.append(f"Imbalance {imb['keel']:.2f} ({IMBALANCE_MEANS}){dot}PVE's CRS figure {imb['pve']:.2f}"
                  f"{dot}spread: CPU {imb['spread_cpu']:.0f}, memory {imb['spread_mem']:.0f}, "
                  f"disk {imb['spread_disk']:.0f} points")
     crs = snapshot.crs

@@ -1,6 +1,9 @@
 """Keel's memory between rounds and restarts: SQLite (``/var/lib/keel/keel.db`` by default).
 
-Tables: ``moves`` (every migration Keel started, with who asked and how it ended),
+Tables: ``jobs`` (every execution: an apply, an evacuation, a balancing round's moves,
+a reconciliation; written before its first move starts), ``moves`` (every move a job
+planned, with its state as it changes — planned, starting, running with its UPID, ok,
+failed with the reason, not_started with the reason — who asked and how it ended),
 ``decisions`` (each round's verdict), ``samples`` (load samples for smoothing, pruned to
 the window), ``blocked`` (guests PVE refused to move, until when), ``maintenance``
 (nodes put in maintenance through Keel) and ``state`` (small values such as the hold
@@ -18,14 +21,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from keel.balance.history import Blocked, History, MoveRecord
+from keel.balance.history import ENDED, FAILED, OK, PLANNED, RUNNING, UNFINISHED, Blocked, History, MoveRecord
 from keel.errors import InvalidError
 from keel.files import atomic_write
 
 DEFAULT_PATH = Path("/var/lib/keel/keel.db")
 KEEP_MOVES_S = 90 * 86400
 KEEP_DECISIONS_S = 14 * 86400
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -40,7 +43,15 @@ CREATE INDEX IF NOT EXISTS samples_key ON samples (key, t);
 CREATE TABLE IF NOT EXISTS blocked (vmid INTEGER PRIMARY KEY, until REAL, reason TEXT);
 CREATE TABLE IF NOT EXISTS maintenance (node TEXT PRIMARY KEY, since REAL, requested_by TEXT);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, kind TEXT, requested_by TEXT, node TEXT, started_at REAL, ended_at REAL,
+    state TEXT, detail TEXT);
 """
+# Columns added after a table first shipped: (table, column, type).
+_ADDED = (("moves", "planned_at", "REAL"), ("moves", "node", "TEXT"), ("moves", "ha_sid", "TEXT"))
+_MOVE_KEYS = ("id", "plan_id", "vmid", "name", "type", "source", "target", "reason", "detail",
+              "requested_by", "started_at", "ended_at", "status", "upid", "error", "planned_at", "node",
+              "ha_sid")
 
 
 def default_path(environ: dict[str, str] | None = None) -> Path:
@@ -65,9 +76,16 @@ class Store:
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as db:
+            db = self._connect()
+            try:
                 db.executescript(_SCHEMA)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                for table, column, kind in _ADDED:
+                    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if column not in have:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            finally:
+                db.close()
         except (OSError, sqlite3.Error) as err:
             raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
 
@@ -84,39 +102,90 @@ class Store:
             finally:
                 db.close()
 
-    # -- moves --------------------------------------------------------------------------
+    # -- jobs and their moves ----------------------------------------------------------------
+
+    def job_begin(self, job_id: str, kind: str, requested_by: str, node: str, at: float,
+                  moves: Iterable[Any], detail: str = "") -> list[int]:
+        """A job and every move it plans, as ``planned``, in one transaction: written before
+        the first move starts.  Returns the moves' row ids in order."""
+        with self._lock:
+            db = self._connect()
+            try:
+                db.execute("BEGIN")
+                db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?)",
+                           (job_id, kind, requested_by, node, at, None, "running", detail))
+                ids = [int(db.execute(
+                    "INSERT INTO moves (plan_id, vmid, name, type, source, target, reason, detail, "
+                    "requested_by, planned_at, status, node, ha_sid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                    "RETURNING id",
+                    (job_id, m.vmid, m.name, m.type, m.source, m.target, m.reason, m.detail, requested_by,
+                     at, PLANNED, node, getattr(m, "ha_sid", None))).fetchone()[0]) for m in moves]
+                db.execute("COMMIT")
+                return ids
+            finally:
+                db.close()
+
+    def move_state(self, move_id: int, status: str, at: float, upid: str | None = None,
+                   error: str | None = None) -> None:
+        """A move's new state: ``starting`` and ``running`` set when it started, the ended
+        states when it ended; the UPID and the reason are kept once known."""
+        if status in ENDED:
+            self._run("UPDATE moves SET ended_at=?, status=?, error=?, upid=COALESCE(?, upid) WHERE id=?",
+                      (at, status, error, upid, move_id))
+        else:
+            self._run("UPDATE moves SET started_at=COALESCE(started_at, ?), status=?, upid=COALESCE(?, upid) "
+                      "WHERE id=?", (at, status, upid, move_id))
+
+    def job_end(self, job_id: str, state: str, at: float, detail: str | None = None) -> None:
+        self._run("UPDATE jobs SET ended_at=?, state=?, detail=COALESCE(?, detail) WHERE id=?",
+                  (at, state, detail, job_id))
+
+    def jobs(self, limit: int = 20) -> list[dict[str, Any]]:
+        keys = ("id", "kind", "requested_by", "node", "started_at", "ended_at", "state", "detail")
+        return [dict(zip(keys, row)) for row in self._run(
+            f"SELECT {', '.join(keys)} FROM jobs ORDER BY started_at DESC LIMIT ?", (limit,))]
+
+    def job_moves(self, job_id: str) -> list[dict[str, Any]]:
+        return [dict(zip(_MOVE_KEYS, row)) for row in self._run(
+            f"SELECT {', '.join(_MOVE_KEYS)} FROM moves WHERE plan_id=? ORDER BY id", (job_id,))]
+
+    def unfinished_moves(self) -> list[dict[str, Any]]:
+        """Moves whose job ended without saying how they ended (a crash, a lost lease)."""
+        marks = ",".join("?" * len(UNFINISHED))
+        return [dict(zip(_MOVE_KEYS, row)) for row in self._run(
+            f"SELECT {', '.join(_MOVE_KEYS)} FROM moves WHERE status IN ({marks}) ORDER BY id", UNFINISHED)]
+
+    def unfinished_jobs(self) -> list[str]:
+        return [row[0] for row in self._run("SELECT id FROM jobs WHERE state='running'")]
+
+    def has_job(self, job_id: str) -> bool:
+        return bool(self._run("SELECT 1 FROM jobs WHERE id=?", (job_id,)))
 
     def move_started(self, plan_id: str, move: Any, requested_by: str, upid: str | None,
                      at: float) -> int:
-        rows = self._run(
-            "INSERT INTO moves (plan_id, vmid, name, type, source, target, reason, detail, "
-            "requested_by, started_at, status, upid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id",
-            (plan_id, move.vmid, move.name, move.type, move.source, move.target, move.reason,
-             move.detail, requested_by, at, "running", upid))
-        return int(rows[0][0])
+        """One move on its own, started now (a job of one; tests and tools)."""
+        [row] = self.job_begin(plan_id, "move", requested_by, "", at, [move])
+        self.move_state(row, RUNNING, at, upid)
+        return row
 
     def move_ended(self, move_id: int, ok: bool, at: float, error: str | None = None,
                    upid: str | None = None) -> None:
-        self._run("UPDATE moves SET ended_at=?, status=?, error=?, upid=COALESCE(?, upid) WHERE id=?",
-                  (at, "ok" if ok else "failed", error, upid, move_id))
+        self.move_state(move_id, OK if ok else FAILED, at, upid, error)
 
     def moves(self, limit: int = 100, since: float = 0.0) -> list[dict[str, Any]]:
-        rows = self._run("SELECT id, plan_id, vmid, name, type, source, target, reason, detail, "
-                         "requested_by, started_at, ended_at, status, upid, error FROM moves "
-                         "WHERE started_at >= ? ORDER BY id DESC LIMIT ?", (since, limit))
-        keys = ("id", "plan_id", "vmid", "name", "type", "source", "target", "reason", "detail",
-                "requested_by", "started_at", "ended_at", "status", "upid", "error")
-        return [dict(zip(keys, row)) for row in rows]
+        rows = self._run(f"SELECT {', '.join(_MOVE_KEYS)} FROM moves "
+                         "WHERE COALESCE(started_at, planned_at) >= ? ORDER BY id DESC LIMIT ?", (since, limit))
+        return [dict(zip(_MOVE_KEYS, row)) for row in rows]
 
     def running_moves(self) -> list[dict[str, Any]]:
-        return [m for m in self.moves(limit=1000) if m["status"] == "running"]
+        return [m for m in self.moves(limit=1000) if m["status"] == RUNNING]
 
     # -- what the planner needs ----------------------------------------------------------
 
     def history(self, now: float) -> History:
         moves = tuple(MoveRecord(vmid, source, target, ended, status == "ok") for vmid, source, target, ended, status
                       in self._run("SELECT vmid, source, target, ended_at, status FROM moves "
-                                   "WHERE ended_at IS NOT NULL AND ended_at > ?", (now - KEEP_MOVES_S,)))
+                                   "WHERE status IN ('ok', 'failed') AND ended_at > ?", (now - KEEP_MOVES_S,)))
         blocked = {vmid: Blocked(until, reason) for vmid, until, reason
                    in self._run("SELECT vmid, until, reason FROM blocked WHERE until > ?", (now,))}
         maintenance = frozenset(self.maintenance_nodes())
@@ -173,6 +242,7 @@ class Store:
     def prune(self, now: float) -> None:
         """Drop what is older than anyone asks for: moves after 90 days, blocks once over."""
         self._run("DELETE FROM moves WHERE ended_at IS NOT NULL AND ended_at < ?", (now - KEEP_MOVES_S,))
+        self._run("DELETE FROM jobs WHERE ended_at IS NOT NULL AND ended_at < ?", (now - KEEP_MOVES_S,))
         self._run("DELETE FROM blocked WHERE until < ?", (now,))
         self._run("DELETE FROM decisions WHERE t < ?", (now - KEEP_DECISIONS_S,))
 

@@ -27,6 +27,12 @@ RULE = "rule"                       # it breaks a rule where it is (pin, affinit
 BALANCE = "balance"                 # it evens out the load
 PARK = "park"                       # a temporary stop on a third node to break a swap cycle
 
+# What stopped a plan's balancing (``Plan.stopped``).
+LEVEL_REACHED = "level reached"     # the figure is at its target and no node is hot
+NOTHING_WORTH_IT = "no move worth it"   # short of the level, no allowed move helps enough
+BUDGET = "budget"                   # the plan's move or byte limit was reached
+CLUSTER_FULL = "cluster full"       # the mean use is above the hotspot: no placement cools every node
+
 # Why a guest stays where it is (``skipped``).
 IGNORED = "ignored"                 # by config, tag or pool
 NOT_PERMITTED = "not permitted"     # the user who asked may not migrate it (VM.Migrate)
@@ -37,6 +43,9 @@ STOPPED = "stopped"                 # stopped guests carry no load (moved only f
 LOCKED = "locked"                   # a PVE lock (backup, migrate, ...)
 LOCAL_DISKS = "local disks"         # and with_local_disks is off
 LOCAL_DEVICES = "local devices"     # PCI/USB passthrough and the like
+VCPUS = "vCPUs"                     # the target has fewer threads than the guest has vCPUs
+STORAGE = "storage"                 # a storage of the guest's volumes is missing on the target
+CPU_TYPE = "CPU type"               # CPU type host, and the target's CPU model differs
 CONTAINER = "container"             # containers restart to move; not enabled
 NOT_HA = "not HA"                   # scope is HA guests only
 HA_STATE = "HA state"               # HA resource not in state started (or ignored)

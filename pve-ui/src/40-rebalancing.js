@@ -244,13 +244,23 @@ Ext.define('PVE.keel.Rebalancing', {
             me.down('#configNotice').clear();
         }
         var cluster = status.cluster || {};
+        // The imbalance (docs/balancing.md): the figure keel status and keel plan show; PVE's
+        // CRS figure beside it, named, and the threshold said of the figure it applies to.
         var figure = me.figureOf(status);
-        var threshold = config.threshold;
+        var threshold = config.threshold !== undefined ? Number(config.threshold).toFixed(2) : '-';
+        var pve = cluster.imbalance ? cluster.imbalance.pve : null;
         var imbalance = '-';
         if (figure !== null) {
-            imbalance = R.health(figure > threshold ? 'warning' : 'good',
-                Ext.String.format(gettext('{0} (threshold {1}, figure: {2})'), figure.toFixed(2),
-                    threshold !== undefined ? Number(threshold).toFixed(2) : '-', config.imbalance_figure));
+            var over = config.imbalance_figure === 'pve' ? pve !== null && pve > config.threshold
+                : config.imbalance_figure === 'keel' ? figure > config.threshold : false;
+            var text = config.imbalance_figure === 'keel'
+                ? Ext.String.format(gettext('{0} (threshold {1})'), figure.toFixed(2), threshold)
+                : Ext.String.format(gettext('{0} (threshold {1} on the {2})'), figure.toFixed(2), threshold,
+                    config.imbalance_figure === 'pve' ? gettext("PVE's CRS figure") : gettext('spread'));
+            if (pve !== null) {
+                text += ' \u00b7 ' + Ext.String.format(gettext("PVE's CRS figure {0}"), pve.toFixed(2));
+            }
+            imbalance = R.health(over ? 'warning' : 'good', text);
         } else if (status.cluster_error) {
             imbalance = R.health('critical', status.cluster_error);
         }
@@ -300,7 +310,7 @@ Ext.define('PVE.keel.Rebalancing', {
             return round.imbalance;
         }
         var imb = status.cluster && status.cluster.imbalance;
-        return imb ? imb.pve : null;
+        return imb && imb.keel !== undefined ? imb.keel : null;
     },
 
     mergeNodes: function (nodes, maintenance) {
@@ -348,9 +358,11 @@ Ext.define('PVE.keel.Rebalancing', {
             return '';
         }
         var states = {
-            planned: ['off', gettext('planned')], running: ['busy', gettext('migrating')],
+            planned: ['off', gettext('planned')], starting: ['busy', gettext('starting')],
+            running: ['busy', gettext('migrating')],
             ok: ['good', gettext('done')], done: ['good', gettext('done')],
             failed: ['critical', gettext('failed')], skipped: ['warning', gettext('not started')],
+            not_started: ['warning', gettext('not started')],
         };
         var s = states[value] || ['warning', value];
         var text = R.health(s[0], s[1]);
@@ -536,6 +548,8 @@ Ext.define('PVE.keel.Rebalancing', {
                 rec.set({ state: 'ok', upid: event.upid });
             } else if (event.event === 'failed') {
                 rec.set({ state: 'failed', upid: event.upid, error: event.error });
+            } else if (event.event === 'not_started') {
+                rec.set({ state: 'not_started', error: event.error });
             }
         });
         me.jobEvents = job.next;

@@ -192,7 +192,10 @@ def mixed(nodes: int = 8, guests: int = 200, seed: int = 3) -> Instance:
                     _snapshot(names, sizes, specs), meta={"factors": factors})
 
 
-def rules(nodes: int = 8, guests: int = 200, seed: int = 4) -> Instance:
+def rules(nodes: int = 8, guests: int = 200, seed: int = 4, bundles: int = 8, groups: int = 4,
+          pinned: int = 10, ignored: int = 3, locked: int = 2) -> Instance:
+    """``bundles`` affinity bundles of 2-4 guests, ``groups`` anti-affinity groups of 3-5
+    (at most one per node), ``pinned`` guests pinned to two nodes, ``ignored`` and ``locked``."""
     rng = random.Random(seed)
     names = node_names(nodes)
     specs = _guests(rng, guests, stopped=0.0)
@@ -203,29 +206,30 @@ def rules(nodes: int = 8, guests: int = 200, seed: int = 4) -> Instance:
     def take(k: int) -> list[dict]:
         return [specs[pool.pop()] for _ in range(k)]
 
-    for b in range(8):                      # affinity bundles of 2-4
+    for b in range(bundles):                # affinity bundles of 2-4
         members = take(rng.randint(2, 4))
         for g in members:
             g["tags"] += (f"keel-affinity-b{b}",)
         items.append(_Item(members))
-    for a in range(4):                      # anti-affinity groups of 3-5
-        for g in take(rng.randint(3, 5)):
+    for a in range(groups):                 # anti-affinity groups of 3-5
+        for g in take(rng.randint(min(3, nodes), min(5, nodes))):
             g["tags"] += (f"plb_anti_affinity_a{a}",)
             items.append(_Item([g], apart=f"a{a}"))
-    for g in take(10):                      # pinned to two nodes
+    for g in take(pinned):                  # pinned to two nodes
         pins = rng.sample(names, 2)
         g["tags"] += tuple(f"plb_pin_{p}" for p in pins)
         items.append(_Item([g], allowed=pins))
-    for g in take(3):
+    for g in take(ignored):
         g["tags"] += ("keel-ignore",)
         items.append(_Item([g]))
-    for g in take(2):
+    for g in take(locked):
         g["lock"] = "backup"
         items.append(_Item([g]))
     items += [_Item([specs[i]]) for i in pool]
     sizes = _size(specs, [1.0] * nodes)
     _place(rng, items, names, sizes, gradient(nodes))
-    return Instance("rules", "8 affinity bundles, 4 anti-affinity groups, 10 pinned, 5 fixed",
+    return Instance("rules", f"{bundles} affinity bundles, {groups} anti-affinity groups, {pinned} pinned, "
+                             f"{ignored + locked} fixed",
                     _snapshot(names, sizes, specs))
 
 

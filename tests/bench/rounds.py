@@ -179,11 +179,18 @@ def _mean(figs: list[Figures]) -> Figures:
                    peak=sum(f.peak for f in figs) / n, objective=sum(f.objective for f in figs) / n)
 
 
-def time_plans(inst: Instance, settings: BalancingSettings, repeat: int = 5) -> list[float]:
-    """Wall time of ``repeat`` Keel plans on the instance as it starts."""
-    times = []
+class Times(list):
+    """Wall times of plans, and the last plan."""
+    plan: Plan | None = None
+
+
+def time_plans(inst: Instance, settings: BalancingSettings, repeat: int = 5, oneshot: bool = False) -> Times:
+    """Wall time of ``repeat`` Keel plans on the instance as it starts (``oneshot``: as
+    ``keel apply`` plans, on to the level)."""
+    times = Times()
     for _ in range(repeat):
         start = time.perf_counter()
-        make_plan(inst.snapshot, settings, History(), inst.snapshot.taken_at, method="keel")
+        times.plan = make_plan(inst.snapshot, settings, History(), inst.snapshot.taken_at, method="keel",
+                               oneshot=oneshot)
         times.append(time.perf_counter() - start)
     return times

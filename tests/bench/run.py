@@ -7,6 +7,8 @@ Measured against a real ``keel sim`` process over HTTPS on loopback:
 * starting the simulator on it (until it prints its ``listening on`` line);
 * a full cluster snapshot (``keel.pve.snapshot.collect``): wall time and API calls,
   with a token (the production path) and with a password;
+* ``keel apply``'s one-shot plan on it, with the configs of the guests it would move read
+  from the simulator (and, planned again, none read twice);
 * the demo cluster's snapshot, for scale.
 
 Targets are stated next to each figure; the run exits non-zero if one is missed, so a
@@ -30,6 +32,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import yaml  # noqa: E402
 
 from conftest import DEMO_SCENARIO, DEMO_TOKEN, start_sim  # noqa: E402
+from keel.balance import guestconfig  # noqa: E402
+from keel.balance.balancer import make_plan  # noqa: E402
+from keel.balance.settings import BalancingSettings  # noqa: E402
 from keel.pve import snapshot  # noqa: E402
 from keel.pve.client import PveClient, Target  # noqa: E402
 from keel.sim import scenario as sc  # noqa: E402
@@ -81,6 +86,19 @@ def main() -> int:
                      median < 5))
         rows.append((f"snapshot {NODES}x{GUESTS}: API calls", str(snap.api_calls), f"<= {NODES + 10}",
                      "nodes + 8", snap.api_calls <= NODES + 10))
+        # keel apply's plan on it: one-shot, the configs of the guests it would move read
+        # once and kept; a second plan (the next apply, a round) reads none of them again
+        guestconfig.forget()
+        reader = guestconfig.Reader(client)
+        plan, (plan_s,) = timed(lambda: make_plan(snap, BalancingSettings(), oneshot=True, configs=reader))
+        rows.append((f"one-shot plan {NODES}x{GUESTS}, configs read", f"{plan_s:.2f} s", "< 5 s",
+                     f"{len(plan.moves)} moves; {reader.calls} config reads (GET .../config), not one a guest",
+                     plan_s < 5))
+        again = guestconfig.Reader(client)
+        _, (again_s,) = timed(lambda: make_plan(snap, BalancingSettings(), oneshot=True, configs=again))
+        rows.append((f"one-shot plan {NODES}x{GUESTS} again", f"{again_s:.2f} s", "< 5 s",
+                     f"{again.calls} config reads: kept from the first", again_s < 5 and again.calls == 0))
+        guestconfig.forget()
         pw_client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="keel-sim"))
         _, pw_times = timed(lambda: snapshot.collect(pw_client), args.repeat)
         rows.append((f"snapshot {NODES}x{GUESTS}, password (root)", f"{statistics.median(pw_times):.2f} s",

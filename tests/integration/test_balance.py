@@ -3,6 +3,7 @@ maintenance, and a day of noisy load in continuous mode without flapping."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -158,6 +159,47 @@ def test_a_failed_migration_leaves_the_guest_and_blocks_it(sim, tmp_path):
     assert any(s.vmid == victim.vmid and s.reason in (words.COOLDOWN, words.BLOCKED) for s in again.skipped)
 
 
+def test_a_migration_slower_than_move_timeout_is_followed_to_its_end(sim, tmp_path):
+    """Issue 13: a slow migration used to be recorded failed ("still not done after ...")
+    while PVE went on and moved the guest."""
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(limits=Limits(moves=1, move_timeout_s=5))
+    plan = make_plan(snapshot.collect(client), settings)
+    move = max((m for m in plan.moves if not m.ha_sid), key=lambda m: m.mem_bytes)
+    assert move.mem_bytes > 10 * 2**30                               # takes longer than 5 s to copy
+    plan = dataclasses.replace(plan, moves=(dataclasses.replace(move, wave=0),))
+    events = []
+    result = Executor(client, settings, store, "test", events.append, clock=sim_clock(sim),
+                      sleep=sim.advance, poll_s=2).run(plan)
+    assert result.ok, result.results
+    assert [e["event"] for e in events].count("slow") == 1
+    assert where(sim)[move.vmid] == move.target
+    [row] = store.moves()
+    assert row["status"] == "ok" and row["upid"] and row["error"] is None
+
+
+def test_a_migration_whose_task_cannot_be_read_is_judged_by_where_the_guest_is(sim, tmp_path):
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(limits=Limits(moves=1, move_timeout_s=10))
+    plan = make_plan(snapshot.collect(client), settings)
+    move = next(m for m in plan.moves if not m.ha_sid)
+    plan = dataclasses.replace(plan, moves=(dataclasses.replace(move, wave=0),))
+    lost = []
+
+    def sleep(seconds):
+        if not lost:                        # the source node goes while the guest is copied
+            sim.control("POST", f"nodes/{move.source}", {"online": False})
+            lost.append(move.source)
+        sim.advance(seconds)
+    result = Executor(client, settings, store, "test", clock=sim_clock(sim), sleep=sleep, poll_s=2).run(plan)
+    [outcome] = result.results
+    assert not outcome.ok and "could not be followed for 10s" in outcome.error
+    assert f"the guest is on {move.source}" in outcome.error
+    assert store.moves()[0]["status"] == "failed"
+
+
 def test_pve_refusing_a_move_is_caught_before_migrating(sim_factory, tmp_path):
     scenario = {
         "nodes": [{"name": "a", "cpus": 16, "memory": "64GiB"}, {"name": "b", "cpus": 16, "memory": "64GiB"}],
@@ -292,3 +334,54 @@ def test_without_migrate_privileges_apply_fails_clearly_and_moves_nothing(sim_fa
     # a missing privilege is Keel's problem, not the guests': none is blocked for later
     status, out, _ = run(["plan", "--json"], sim, tmp_path)
     assert not [s for s in json.loads(out)["skipped"] if s["reason"] == "blocked"]
+
+
+TIED = {
+    "nodes": [{"name": "a", "cpus": 32, "memory": "96GiB"}, {"name": "b", "cpus": 8, "memory": "96GiB"},
+              {"name": "c", "cpus": 32, "memory": "96GiB", "cpu_model": "Intel(R) Xeon(R) E-2388G"}],
+    "storages": [{"storage": "ceph", "type": "rbd", "shared": True},
+                 {"storage": "local", "type": "dir", "content": ["iso", "images"]}],
+    "users": [{"userid": "root@pam", "password": "pw"}],
+    "guests": [{"vmid": 100 + i, "node": "a", "cpus": 4, "memory": "4GiB", "cpu": 0.5} for i in range(8)]
+    + [{"vmid": 200, "node": "a", "cpus": 8, "memory": "8GiB", "cpu": 0.9, "devices": ["hostpci0"]},
+       {"vmid": 201, "node": "a", "cpus": 8, "memory": "8GiB", "cpu": 0.9, "devices": ["usb0: host=046d:c52b"]},
+       {"vmid": 202, "node": "a", "cpus": 8, "memory": "8GiB", "cpu": 0.9,
+        "disks": [{"storage": "ceph"}, {"storage": "local", "cdrom": True}]},
+       {"vmid": 203, "node": "a", "cpus": 16, "memory": "8GiB", "cpu": 0.9},
+       {"vmid": 204, "node": "a", "cpus": 4, "memory": "8GiB", "cpu": 0.9, "cpu_type": "host"}],
+}
+
+
+def test_apply_plans_around_what_pve_would_refuse_and_finishes(sim_factory, tmp_path):
+    """Local devices, a local CD-ROM, more vCPUs than a node has, CPU type host: read from
+    the configs of the guests the plan would move, planned around, and the apply ends with
+    every move made (not aborted at the first refusal)."""
+    sim = sim_factory(TIED, clock_factor=40)
+    from keel.balance import guestconfig
+    guestconfig.forget()
+    env_run = dict(KEEL_PVE_USER="root@pam", KEEL_PVE_PASSWORD="pw")
+    out, err = io.StringIO(), io.StringIO()
+    seq = max((r["seq"] for r in sim.control("GET", "requests")), default=0)
+    env = {"KEEL_PVE_URL": sim.url, "KEEL_PVE_CA_FILE": sim.cert, "KEEL_STORE": str(tmp_path / "keel.db"),
+           "USER": "tester", **env_run}
+    status = main(["plan", "--json"], Env(stdout=out, stderr=err, stdin=None, environ=env))
+    assert status == 0, err.getvalue()
+    plan = json.loads(out.getvalue())
+    moved = {m["vmid"]: m["to"] for m in plan["moves"]}
+    assert plan["stopped"] == words.LEVEL_REACHED and moved
+    assert not {200, 201, 202} & set(moved)
+    assert moved.get(203, "c") != "b" and moved.get(204, "b") != "c"
+    held = {s["vmid"]: s["reason"] for s in plan["skipped"] if s["vmid"]}
+    assert held[200] == held[201] == held[202] == words.LOCAL_DEVICES
+    reads = [r["path"] for r in sim.control("GET", f"requests?since={seq}")
+             if r["method"] == "GET" and r["path"].endswith("/config")]
+    assert len(reads) == len(set(reads)) and {int(p.split("/")[-2]) for p in reads} >= set(moved)
+    out = io.StringIO()
+    status = main(["apply", "--yes"], Env(stdout=out, stderr=err, stdin=None, environ=env))
+    assert status == 0, out.getvalue() + err.getvalue()
+    from keel.pve.client import PveClient, Target
+    client = PveClient(Target.from_url(sim.url, verify=sim.cert, user="root@pam", password="pw"))
+    now = {g.vmid: g.node for g in snapshot.collect(client).guests.values()}
+    assert all(now[vmid] == target for vmid, target in moved.items())
+    assert all(now[v] == "a" for v in (200, 201, 202))
+    guestconfig.forget()

@@ -72,6 +72,34 @@ def test_unreachable_pve_is_retried_for_reads_then_unavailable():
     assert sleeps == [0.5, 1.5, 4.0]
 
 
+def test_every_call_has_the_clients_timeout(sim):
+    """proxmoxer 1.2 (Debian 12) applies its timeout to the login only: a PVE that stopped
+    answering held a call for ever there."""
+    sim.control("POST", "faults", {"endpoints": [{"path": "/nodes/pve3/qemu/121/status/start",
+                                                  "latency": "3s"}]})
+    target = Target.from_url(sim.url, verify=sim.cert, timeout_s=1).with_token(DEMO_TOKEN)
+    with PveClient(target) as client:
+        with pytest.raises(UnavailableError, match="timed out"):
+            client.post("/nodes/pve3/qemu/121/status/start")
+
+
+def test_the_fence_stops_a_write_before_it_leaves(sim):
+    from keel.errors import FencedError
+    refused = []
+
+    def fence(what):
+        refused.append(what)
+        raise FencedError(f"not the leader: {what} not made")
+    seq = (sim.requests_log() or [{"seq": 0}])[-1]["seq"]
+    target = Target.from_url(sim.url, verify=sim.cert).with_token(DEMO_TOKEN)
+    with PveClient(target, fence=fence) as client:
+        assert client.get("/version")["version"]                 # reads are never fenced
+        with pytest.raises(FencedError):
+            client.post("/nodes/pve3/qemu/121/status/start")
+    assert refused == ["POST /nodes/pve3/qemu/121/status/start"]
+    assert [r["method"] for r in sim.requests_log(seq)] == ["GET"]
+
+
 def test_a_passing_595_on_a_read_is_retried(sim):
     sim.control("POST", "faults", {"endpoints": [
         {"path": "/nodes/pve1/status", "error_rate": 1, "status": 595, "message": "No route to host",

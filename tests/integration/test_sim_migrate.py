@@ -422,3 +422,40 @@ def test_ha_migration_to_a_node_blocked_by_negative_affinity_does_not_happen(sim
     assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "OK"   # only queues the command
     sim.advance(60)
     assert node_of(pve, 110) == "pve1"
+
+
+# -- what the target cannot run --------------------------------------------------------------
+
+UNLIKE_NODES = {
+    "nodes": [{"name": "n1", "cpus": 32, "cpu_model": "AMD EPYC 7313P 16-Core Processor"},
+              {"name": "n2", "cpus": 8, "cpu_model": "AMD EPYC 7313P 16-Core Processor"},
+              {"name": "n3", "cpus": 32, "cpu_model": "Intel(R) Xeon(R) E-2388G"}],
+    "storages": [{"storage": "ceph", "type": "rbd", "shared": True}],
+    "guests": [{"vmid": 100, "node": "n1", "cpus": 16, "memory": "2GiB"},
+               {"vmid": 101, "node": "n1", "cpus": 2, "memory": "2GiB", "cpu_type": "host"}],
+    "users": [{"userid": "root@pam", "password": "secret"}],
+}
+
+
+def test_a_vm_with_more_vcpus_than_the_target_has_threads_fails_to_start_there(sim_factory):
+    sim = sim_factory(UNLIKE_NODES)
+    pve = sim.proxmox(user="root@pam", password="secret")
+    upid = pve.nodes("n1").qemu(100).migrate.post(target="n2", online=1)
+    status, _ = run_until_done(sim, pve, upid)
+    assert status["exitstatus"] == "migration problems"
+    assert "MAX 8 vcpus allowed per VM on this node" in log_text(pve, upid)
+    assert node_of(pve, 100) == "n1"
+    upid = pve.nodes("n1").qemu(100).migrate.post(target="n3", online=1)
+    assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "OK"
+
+
+def test_a_vm_of_cpu_type_host_moves_live_only_to_the_same_cpu_model(sim_factory):
+    sim = sim_factory(UNLIKE_NODES)
+    pve = sim.proxmox(user="root@pam", password="secret")
+    assert pve.nodes("n1").qemu(101).config.get()["cpu"] == "host"
+    upid = pve.nodes("n1").qemu(101).migrate.post(target="n3", online=1)
+    status, _ = run_until_done(sim, pve, upid)
+    assert status["exitstatus"] == "migration problems"
+    assert "device 'cpu'" in log_text(pve, upid) and node_of(pve, 101) == "n1"
+    upid = pve.nodes("n1").qemu(101).migrate.post(target="n2", online=1)
+    assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "OK"

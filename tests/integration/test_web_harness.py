@@ -44,7 +44,7 @@ def test_the_harness_is_off_by_default(tmp_path, sim):
 def test_a_harness_without_extjs_is_refused_with_the_fix(tmp_path):
     from keel.web.harness import Harness
     (tmp_path / "index.html").write_text("<html></html>")
-    with pytest.raises(InvalidError, match="npm ci"):
+    with pytest.raises(InvalidError, match=r"ext-all.js is missing \(ExtJS: run `make extjs`"):
         Harness.from_dir(str(tmp_path))
 
 

@@ -349,7 +349,7 @@ def test_an_engine_round_and_keel_web_as_its_own_user_against_keel_sim(machine: 
     assert data["proxmox"]["token_file"] == str(token) and data["balancing"]["enable"] is False
     data["balancing"]["interval"] = "2s"
     data["engine"] = {"socket": str(work / "run" / "engine.sock"), "store": str(work / "keel.db"),
-                      "lock": str(work / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "1s",
+                      "lock": str(work / "lock" / "keel-leader"), "lock_expiry": "4s", "lock_renew": "0.5s",
                       "shared_dir": str(work / "shared"), "node": "pve1", "status_interval": "1s"}
     data["web"] = {"listen": f"127.0.0.1:{port}", "cert": str(tls / "sim.crt"), "key": str(tls / "sim.key")}
     config.write_text(yaml.safe_dump(data))

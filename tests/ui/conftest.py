@@ -38,9 +38,10 @@ def _prerequisites() -> None:
     if not CHROMIUM.exists():
         missing.append("Debian's chromium (apt-get install chromium)")
     if not (WWW / "node_modules" / "extjs-gpl" / "build" / "ext-all.js").exists():
-        missing.append("ExtJS (npm ci --prefix www; make test does it)")
-    if not Path("/usr/share/fonts-font-awesome/css/font-awesome.min.css").exists():
-        missing.append("Font Awesome (apt-get install fonts-font-awesome)")
+        missing.append("ExtJS (make extjs; make test does it)")
+    if not Path("/usr/share/fonts-font-awesome/css/font-awesome.min.css").exists() and \
+            not (WWW / "node_modules" / "font-awesome" / "css" / "font-awesome.min.css").exists():
+        missing.append("Font Awesome (apt-get install fonts-font-awesome, or make extjs)")
     if missing:
         pytest.fail("the UI tests need " + ", ".join(missing), pytrace=False)
     subprocess.run(["make", "-s", "-C", str(ROOT), "ui"], check=True, stdout=subprocess.DEVNULL)

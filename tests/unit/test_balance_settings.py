@@ -58,3 +58,18 @@ def test_every_bad_key_is_named_with_its_path():
                            "balancing.limits.speed", "balancing.guests", "balancing.affinity[0].guests",
                            "balancing.resources", "balancing.pools.prod.type", "balancing.schedule.timezone"}
     assert str(caught.value).count("balancing.method") == 1     # listed once, not twice
+
+
+def test_one_shot_limits_and_above_mean():
+    s = BalancingSettings()
+    assert s.above_mean == 0.10 and s.limits.oneshot_moves is None and s.limits.oneshot_bytes is None
+    once = s.oneshot()
+    assert once.limits.moves >= 10**9 and once.limits.bytes >= 2**62 and s.limits.moves == 10
+    s = parse({"above_mean": "15%", "limits": {"oneshot": {"moves": 50, "gib": "1TiB"}}})
+    assert s.above_mean == 0.15 and (s.limits.oneshot_moves, s.limits.oneshot_bytes) == (50, 1024 * GiB)
+    assert s.oneshot().limits.moves == 50 and s.oneshot().limits.bytes == 1024 * GiB
+    assert parse({"above_mean": False}).above_mean is None
+    with pytest.raises(InvalidError) as caught:
+        cfg.parse({"balancing": {"above_mean": "lots", "limits": {"oneshot": {"moves": -1, "speed": 2}}}})
+    assert set(caught.value.errors) == {"balancing.above_mean", "balancing.limits.oneshot.moves",
+                                        "balancing.limits.oneshot.speed"}

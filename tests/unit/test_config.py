@@ -52,11 +52,13 @@ def test_token_from_the_environment_wins(tmp_path):
 def test_token_from_a_file_and_a_ca_file(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    from keel.sim.tls import make_certificate
+    ca_file, _ = make_certificate(tmp_path)
     settings = cfg.ProxmoxSettings(url="https://10.0.0.1:8443", token_file=str(token_file),
-                               ca_file="/etc/ssl/ca.pem")
+                                   ca_file=str(ca_file))
     target = cfg.target_from(settings, {})
     assert target.token_secret == TOKEN.split("=", 1)[1]
-    assert target.verify == "/etc/ssl/ca.pem"
+    assert target.verify == str(ca_file)
     assert target.url == "https://10.0.0.1:8443"
 
 

@@ -310,7 +310,7 @@ def test_pve_methods_make_one_move_per_round(method):
     p = plan(hot_cluster(), method=method, threshold=0.3)
     assert p.method == method and p.verdict == words.PLANNED
     assert len(p.moves) == 1 and p.moves[0].source == "a"
-    assert method in p.moves[0].detail and "imbalance" in p.moves[0].detail
+    assert method in p.moves[0].detail and "PVE's CRS figure" in p.moves[0].detail
     assert p.after.figures.pve < p.before.figures.pve
 
 

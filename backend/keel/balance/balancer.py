@@ -7,18 +7,20 @@ measures.  ``best_node`` answers "where would Keel put a new guest of this size?
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
 from keel import words
-from keel.balance import loads, sequence
+from keel.balance import guestconfig, loads, sequence
 from keel.balance.history import History
 from keel.balance.loads import LoadModel, Samples
-from keel.balance.plan import Move, NodeLoad, Plan, Skip, State
-from keel.balance.planner import _figure, _triggered, plan_keel
-from keel.balance.rules import Constraints, compile_rules
+from keel.balance.plan import Figures, Move, NodeLoad, Plan, Skip, State
+from keel.balance.level import _figure, _triggered, full_resources, node_excess
+from keel.balance.planner import plan_keel
+from keel.balance.rules import Constraints, compile_rules, eligible_nodes
 from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Snapshot
 
@@ -27,15 +29,23 @@ GiB = 1024**3
 
 def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History | None = None,
               now: float | None = None, samples: Samples | None = None,
-              method: str | None = None, may_move: Callable[[Guest], bool] | None = None) -> Plan:
+              method: str | None = None, may_move: Callable[[Guest], bool] | None = None,
+              oneshot: bool = False, configs: guestconfig.Source | None = None) -> Plan:
     """``may_move``: for a plan asked for by a user, whether that user may migrate the guest
-    (the others stay, skipped as not permitted)."""
+    (the others stay, skipped as not permitted).  ``oneshot``: a plan that ``keel plan`` /
+    ``keel apply`` (and the tab's Plan and Apply) make, which goes as far as the level within
+    the one-shot limits (``limits.oneshot``; none by default) instead of one round's budget.
+    ``configs``: where guest configs come from (``guestconfig.Reader`` on a client); a move
+    PVE would refuse over a guest's devices, CPU or storages is not planned, and the guests
+    held back are listed in ``skipped`` (without: the executor's precheck finds them)."""
     history = history or History()
     now = snapshot.taken_at if now is None else now
     method = method or settings.method
+    if oneshot:
+        settings = settings.oneshot()
     if method != "keel":
-        # Proxmox's methods judge by Proxmox's figure and know no hotspot limit.
-        settings = replace(settings, imbalance="pve", hotspot=None)
+        # Proxmox's methods judge by Proxmox's figure and know no hotspot or above-mean limit.
+        settings = replace(settings, imbalance="pve", hotspot=None, above_mean=None)
     cons = compile_rules(snapshot, settings, history, now, may_move)
     model = loads.build(snapshot, settings, cons.eligible, samples)
     before = _state(model, cons, snapshot)
@@ -51,61 +61,113 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
                                     f"{ratio:.0%} of the eligible nodes' {resource}")
     if settings.mode == "psi" and snapshot.pve_major < 9:
         cons.notices.append("psi mode needs Proxmox VE 9 (pressure figures); using used load")
-    outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method)
-    skipped = list(cons.skipped) + outcome.skipped + dropped + [
+    full = full_resources(model, settings)
+    if full:
+        cons.notices.append(_full_sentence(model, settings, full) + ": add capacity, or raise the hotspot")
+    admission = guestconfig.Admission(snapshot, configs) if configs is not None else None
+    outcome, ordered, dropped, left_out = _plan_and_order(model, cons, settings, snapshot, method, admission)
+    held = admission.skips({m.vmid for m in ordered}) if admission is not None else []
+    skipped = list(cons.skipped) + held + outcome.skipped + dropped + [
         Skip(words.NO_SAFE_ORDER, "left out: no order of the plan's moves would keep memory and every "
                                   "rule safe with it in the plan", g.vmid, g.name)
         for g in snapshot.guests.values() if g.vmid in left_out]
     balance = [m for m in ordered if m.reason == words.BALANCE]
     verdict, reason = words.PLANNED, ""
+    stopped = getattr(outcome, "stop", "") or (words.NOTHING_WORTH_IT if outcome.not_worth_it else "")
     if outcome.not_worth_it:
         verdict = words.NOT_WORTH_IT
         reason = next((s.detail for s in outcome.skipped if s.reason == words.LIMIT), "not worth it")
     elif balance and outcome.margin_checked:
         reason = balance[0].detail
     elif balance:
-        cluster_gain, touched_gain, touched = _gain(model, ordered)
+        cluster_gain, touched_gain, touched, change = _gain(model, ordered)
+        if touched_gain < settings.margin and not outcome.budget_spent:
+            # the moves that cool a hot node may cost some of the gain: the longest beginning
+            # of the plan that is worth it goes ahead (a looser threshold stops earlier on
+            # the same sequence, so it never moves more than this)
+            kept = _worth_beginning(model, outcome.moves, settings.margin)
+            if kept is not None:
+                ordered, extra = _order(kept, model, cons, settings)
+                skipped += [s for s in extra if s not in skipped]
+                balance = [m for m in ordered if m.reason == words.BALANCE]
+                cluster_gain, touched_gain, touched, change = _gain(model, ordered)
         nodes = int(model.eligible.sum())
         share = (f"the imbalance of the {touched} nodes it touches by {touched_gain:.0%}, the cluster's by "
                  f"{cluster_gain:.0%}" if touched < nodes else f"the imbalance by {cluster_gain:.0%}")
+        share += f" ({change[0]:.2f} → {change[1]:.2f})"
+        mandatory = len(_net([m for m in ordered if m.vmid not in _balance_only(ordered)]))
+        first = (f"{mandatory} mandatory move{'s' if mandatory != 1 else ''}: imbalance "
+                 f"{before.figures.keel:.2f} → {change[0]:.2f}; then " if mandatory else "")
         if outcome.budget_spent:
-            reason = (f"cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
+            reason = (f"{first}cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
                       f"later rounds go on")
         elif touched_gain < settings.margin:
             ordered, extra = _order(_without_balance(ordered), model, cons, settings)
             skipped += extra
             verdict = words.NOT_WORTH_IT
-            reason = f"the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
+            stopped = words.NOTHING_WORTH_IT
+            reason = f"{first}the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
         else:
-            reason = f"cuts {share} with {len(balance)} balancing moves"
+            reason = f"{first}cuts {share} with {len(balance)} balancing moves"
     after_model = model.copy()
     for move in _net(ordered):
         after_model.move([move.vmid], move.source, move.target)
     after = _state(after_model, cons, snapshot, ordered)
     if verdict == words.PLANNED:
         if not ordered:
-            figure = _figure(before.figures, settings)
-            if outcome.stuck:
+            value = _figure(before.figures, settings)
+            figure = f"{FIGURE_NAMES[settings.imbalance]} {value:.2f}"
+            if full and not _triggered(model, settings):
+                verdict, stopped = words.STUCK, words.CLUSTER_FULL
+                reason = _full_sentence(model, settings, full) + ": no move would cool a node; nothing is moved"
+            elif outcome.stuck:
                 verdict, reason = words.STUCK, "imbalanced, but no allowed move helps (see skipped)"
+            elif _triggered(model, settings) and value <= settings.threshold:
+                verdict = words.STUCK
+                reason = f"{_hot_sentence(model, settings)}, but no allowed move cools it"
             elif _triggered(model, settings):
                 verdict = words.STUCK
-                reason = f"imbalance {figure:.2f} is over the threshold, but no move is allowed"
+                reason = f"{figure} is over the threshold, but no move is allowed"
             else:
                 verdict = words.BALANCED
-                reason = (f"imbalance {figure:.2f} is within the threshold {settings.threshold:.2f}"
+                reason = (f"{figure} is within the threshold {settings.threshold:.2f}"
                           + (f" and no node is above {settings.hotspot:.0%}" if settings.hotspot else ""))
         elif not reason:
             kinds = sorted({m.reason for m in ordered})
             reason = f"{len(ordered)} moves ({', '.join(kinds)})"
+    if not balance and stopped in (words.LEVEL_REACHED, "") and not _triggered(model, settings):
+        stopped = words.CLUSTER_FULL if full else words.LEVEL_REACHED
     return Plan(verdict, method, reason, tuple(ordered), before, after, tuple(skipped),
-                tuple(cons.conflicts), tuple(cons.notices), config, now)
+                tuple(cons.conflicts), tuple(cons.notices), config, now, stopped)
+
+
+def _full_sentence(model: LoadModel, settings: BalancingSettings, full: list[int]) -> str:
+    fluid = model.fluid()
+    uses = " and ".join(f"{loads.RESOURCES[r]} {fluid[r]:.0%}" for r in full)
+    return (f"the cluster is full: its mean use ({uses}) is above the hotspot of "
+            f"{settings.hotspot:.0%}, so no placement brings every node under it")
+
+
+def _hot_sentence(model: LoadModel, settings: BalancingSettings) -> str:
+    """Which node is hot by itself, and why."""
+    excess = node_excess(model, settings)
+    i = int(np.argmax(excess))
+    u, fluid = model.utilisation()[i], model.fluid()
+    weighted = [r for r in range(len(u)) if model.weights[r] > 0]
+    r = max(weighted, key=lambda k: u[k] - fluid[k])
+    if settings.hotspot is not None and max(u[k] for k in weighted) > settings.hotspot:
+        r = max(weighted, key=lambda k: u[k])
+        return f"{model.nodes[i]} is at {u[r]:.0%} {loads.RESOURCES[r]}, above the hotspot of {settings.hotspot:.0%}"
+    return (f"{model.nodes[i]} is at {u[r]:.0%} {loads.RESOURCES[r]}, {(u[r] - fluid[r]) * 100:.0f} points "
+            f"above the mean ({fluid[r]:.0%})")
 
 
 MAX_REPLANS = 3
 
 
 def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSettings, snapshot: Snapshot,
-                    method: str) -> tuple[Any, list[Move], list[Skip], set[int]]:
+                    method: str, admit: Callable[..., bool] | None = None
+                    ) -> tuple[Any, list[Move], list[Skip], set[int]]:
     """Plan, then order into waves.  A balancing move that cannot be ordered safely is not
     simply dropped (what remains could be worse than nothing): its guest is left out and the
     plan made again without it."""
@@ -113,7 +175,7 @@ def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSett
     for attempt in range(MAX_REPLANS):
         work = model.copy()
         if method == "keel":
-            outcome = plan_keel(work, cons, settings)
+            outcome = plan_keel(work, cons, settings, admit)
         else:
             from keel.balance.pvemethods import plan_pve
             outcome = plan_pve(work, cons, settings, snapshot, method)
@@ -133,6 +195,19 @@ def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSett
     return outcome, ordered, dropped, left_out
 
 
+def _worth_beginning(model: LoadModel, moves: list[Move], margin: float) -> list[Move] | None:
+    """The plan's mandatory moves and the longest beginning of its balancing moves (in the
+    planner's order) that cuts the imbalance of the nodes it touches by ``margin``."""
+    only = _balance_only(moves)
+    must = [m for m in moves if m.vmid not in only]
+    seq = [m for m in moves if m.vmid in only]
+    for k in range(len(seq) - 1, 0, -1):
+        candidate = must + seq[:k]
+        if _gain(model, candidate)[1] >= margin:
+            return [replace(m, wave=0) for m in candidate]
+    return None
+
+
 def _balance_only(moves: list[Move]) -> set[int]:
     """Guests that move only to balance (not for maintenance or a rule)."""
     must = {m.vmid for m in moves if m.reason in (words.MAINTENANCE, words.RULE)}
@@ -144,10 +219,26 @@ def _without_balance(moves: list[Move]) -> list[Move]:
     return [replace(m, wave=0) for m in moves if m.vmid not in only]
 
 
-def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int]:
-    """How much the balancing moves cut the objective: over the cluster, and over the nodes
-    they touch (so that on 64 nodes a plan moving guests between 4 of them is judged by
-    those 4), and how many nodes they touch."""
+# What the threshold is compared with, as plans name it (docs/balancing.md, "The imbalance").
+FIGURE_NAMES = {"keel": "imbalance", "pve": "PVE's CRS figure", "spread": "spread"}
+
+
+def imbalance(snapshot: Snapshot, settings: BalancingSettings, maintenance: Any = (),
+              samples: Samples | None = None) -> Figures:
+    """The cluster's figures as a plan made now shows them before its moves
+    (``plan.before.figures``): over the nodes Keel may balance onto, in the settings' mode.
+    ``maintenance``: nodes in maintenance besides the settings' (the engine's store)."""
+    eligible = eligible_nodes(snapshot, settings, set(maintenance))
+    return loads.build(snapshot, settings, eligible, samples).figures()
+
+
+def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int, tuple[float, float]]:
+    """How much the balancing moves cut the imbalance (the figure shown, not the squared
+    objective): over the cluster, and over the nodes they touch (so that on 64 nodes a plan
+    moving guests between 4 of them is judged by those 4), and how many nodes they touch.
+    The figure is a root mean square, so over a set of nodes it falls as the square root of
+    the sum of their terms.  Last, the cluster's imbalance before and after them (after any
+    mandatory moves), for the plan's reason: the percentage is taken on those two."""
     only = _balance_only(ordered)
     before = model.copy()
     for move in _net([m for m in ordered if m.vmid not in only]):
@@ -161,9 +252,9 @@ def _gain(model: LoadModel, ordered: list[Move]) -> tuple[float, float, int]:
     index = [before.index[n] for n in touched if n in before.index]
     total = float(terms_before.sum())
     part = float(terms_before[index].sum())
-    cluster = (total - float(terms_after.sum())) / total if total > 0 else 0.0
-    local = (part - float(terms_after[index].sum())) / part if part > 0 else 0.0
-    return cluster, local, len(index)
+    cluster = 1.0 - math.sqrt(max(0.0, float(terms_after.sum())) / total) if total > 0 else 0.0
+    local = 1.0 - math.sqrt(max(0.0, float(terms_after[index].sum())) / part) if part > 0 else 0.0
+    return cluster, local, len(index), (before.figures().keel, after.figures().keel)
 
 
 def _net(moves: list[Move]) -> list[Move]:
@@ -245,10 +336,14 @@ def _summary(settings: BalancingSettings, method: str) -> dict[str, Any]:
         "method": method, "mode": settings.mode, "weights": dict(settings.weights),
         "guests": sorted(settings.guest_types), "scope": settings.scope,
         "imbalance": settings.imbalance, "threshold": settings.threshold,
-        "hotspot": settings.hotspot, "hold": settings.hold, "margin": settings.margin,
+        "hotspot": settings.hotspot, "above_mean": settings.above_mean, "hold": settings.hold,
+        "margin": settings.margin,
         "cooldown_s": settings.cooldown_s, "headroom": settings.headroom,
         "limits": {"moves": settings.limits.moves, "gib": settings.limits.bytes / GiB,
-                   "concurrent": settings.limits.concurrent, "per_node": settings.limits.per_node},
+                   "concurrent": settings.limits.concurrent, "per_node": settings.limits.per_node,
+                   "oneshot_moves": settings.limits.oneshot_moves,
+                   "oneshot_gib": None if settings.limits.oneshot_bytes is None
+                   else settings.limits.oneshot_bytes / GiB},
         "with_local_disks": settings.with_local_disks,
         "maintenance": sorted(settings.maintenance),
     }

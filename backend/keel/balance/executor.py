@@ -1,14 +1,28 @@
-"""Running a plan on the cluster: wave by wave, each move checked, started and followed.
+"""Running a plan on the cluster: each move checked, started as soon as it is safe, and
+followed.
 
 For each move: ask PVE first (``GET .../migrate``, which knows about passthrough devices,
 storages and HA blockers that the snapshot cannot see); then migrate — HA guests through
 the HA manager (``/cluster/ha/resources/{sid}/migrate`` or ``relocate``), judged done
 when the CRM reports the guest started on the target (the queueing task says nothing);
-others with the guest migrate API, followed by their task.  A move that fails leaves the
-guest where it is; PVE's refusals block the guest for a while so the next plan does not
-try again at once.  When a wave has a failure, no further wave starts: the caller plans
-again from fresh state.  ``cancel`` stops new moves from starting; running migrations
-finish (interrupting one half-way helps nobody).
+others with the guest migrate API, followed by their task.  Moves stream through the
+slots (``keel.balance.slots``): one starts as soon as the moves it depends on have ended
+and ``concurrent`` and ``per_node`` allow, not when a whole wave is done.  A move PVE
+refuses is left alone for a while (the next plan does not try it again at once) and the
+rest goes on, except the moves that waited for it.  A migration that fails stops further
+starts: the caller plans again from fresh state.  ``cancel`` stops new moves from
+starting; running migrations finish (interrupting one half-way helps nobody).  Progress
+events carry an ETA played forward from the migration speed measured so far.
+
+Every move is accounted for (``keel.balance.journal``): the job and its moves are written
+before the first starts, and each move's state as it changes.  Nothing is recorded that
+did not happen: a migrate request that got no answer (a timeout, a lost connection) is
+looked for among the guest's tasks before anything is said about it; a migration that
+takes longer than ``move_timeout`` is followed to its end (and said to be slow), and one
+whose task cannot be read any more is judged by where the guest is.  A move refused by
+the leader fence (``FencedError``: this engine does not lead any more) is not started,
+and neither is any after it.  ``abandon`` (the engine stopping) ends the run at once and
+leaves what is unfinished in the journal for the reconciler.
 """
 
 from __future__ import annotations
@@ -21,9 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from keel import words
+from keel.balance import slots
+from keel.balance.history import FAILED, NOT_STARTED, OK, RUNNING, STARTING
+from keel.balance.journal import Entry, Journal
 from keel.balance.plan import Move, Plan
 from keel.balance.settings import BalancingSettings
-from keel.errors import AuthError, KeelError, UnavailableError
+from keel.errors import AuthError, FencedError, KeelError, UnavailableError
 from keel.pve.client import PveClient
 from keel.pve.upid import parse_upid
 
@@ -31,6 +48,7 @@ log = logging.getLogger("keel.balance")
 
 BLOCK_S = 6 * 3600          # a guest PVE refused to move is left alone this long
 HA_NO_START_S = 60          # the CRM must take up a command within this (it rounds every 10 s)
+FIND_OUT_S = 30             # a migrate request without an answer: how long its task is looked for
 
 Event = dict[str, Any]
 
@@ -48,11 +66,15 @@ class MoveResult:
 @dataclass
 class _Running:
     move: Move
-    record: int | None
+    entry: Entry
     started_at: float
     upid: str | None = None
     ha_seen_moving: bool = False
     result: MoveResult | None = None
+    unanswered: str | None = None       # the migrate request got no answer: why
+    refused: bool = False               # PVE refused this move before it began (not a failure of the run)
+    slow_said: bool = False
+    unreadable_since: float | None = None
 
 
 @dataclass
@@ -61,6 +83,8 @@ class Execution:
     results: list[MoveResult] = field(default_factory=list)
     cancelled: bool = False
     stopped_early: bool = False     # a failure ended the run before all waves
+    fenced: bool = False            # this engine stopped leading: nothing more was started
+    abandoned: bool = False         # the engine stopped: unfinished moves left to the reconciler
 
     @property
     def ok(self) -> bool:
@@ -71,8 +95,13 @@ class Executor:
     def __init__(self, client: PveClient, settings: BalancingSettings, store: Any = None,
                  requested_by: str = "keel", on_event: Callable[[Event], None] | None = None,
                  cancel: threading.Event | None = None, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 2.0):
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 2.0,
+                 journal: Journal | None = None, abandon: threading.Event | None = None,
+                 cancel_reason: Callable[[], str | None] = lambda: None):
         self.client = client
+        self.journal = journal or Journal(store, clock=clock)
+        self.abandon = abandon or threading.Event()
+        self.cancel_reason = cancel_reason
         self.settings = settings
         self.store = store
         self.requested_by = requested_by
@@ -83,65 +112,159 @@ class Executor:
         self.poll_s = poll_s
         self._comigrating: set[str] = set()    # HA sids the CRM moves along with a partner
 
-    def run(self, plan: Plan) -> Execution:
-        execution = Execution(uuid.uuid4().hex[:12])
-        total = len(plan.moves)
-        waves = sorted({m.wave for m in plan.moves})
-        self._emit("plan", total=total, waves=len(waves), plan_id=execution.plan_id)
-        for wave in waves:
-            if self.cancel.is_set():
-                execution.cancelled = True
-                break
-            batch = [m for m in plan.moves if m.wave == wave]
-            self._emit("wave", wave=wave, moves=len(batch))
-            running = [self._start(m, execution.plan_id) for m in batch if not self.cancel.is_set()]
-            self._follow(running)
-            for item in running:
-                assert item.result is not None
-                execution.results.append(item.result)
-                self._emit("done" if item.result.ok else "failed", **_describe(item.result.move),
-                           upid=item.result.upid, error=item.result.error,
-                           completed=len(execution.results), total=total)
-            if any(not item.result.ok for item in running if item.result):
-                execution.stopped_early = wave != waves[-1]
-                break
-            if len(running) < len(batch):
-                execution.cancelled = True
-                break
+    def run(self, plan: Plan, job_id: str | None = None, kind: str = "apply") -> Execution:
+        """Carry out ``plan``: each move starts as soon as it is safe and a slot is free
+        (``keel.balance.slots``), and is followed to its end."""
+        execution = Execution(job_id or uuid.uuid4().hex[:12])
+        moves = list(plan.moves)
+        total = len(moves)
+        entries = self.journal.begin(execution.plan_id, kind, self.requested_by, moves, plan.reason)
+        deps = slots.dependencies(moves)
+        limits = slots.Slots(self.settings.limits.concurrent, self.settings.limits.per_node)
+        waiting = list(range(total))
+        running: dict[int, _Running] = {}
+        ended_ok: set[int] = set()
+        self._emit("plan", total=total, waves=len({m.wave for m in moves}), plan_id=execution.plan_id,
+                   concurrent=limits.concurrent, eta_s=round(self._eta(moves, deps, limits, waiting, {},
+                                                                         ended_ok, []), 1))
+        try:
+            while waiting or running:
+                if self.abandon.is_set():
+                    execution.abandoned = True
+                    break
+                if self.cancel.is_set() and not execution.fenced:
+                    execution.cancelled = True
+                stopping = execution.cancelled or execution.fenced or execution.stopped_early
+                if not stopping:
+                    self._not_reachable(moves, deps, waiting, running, ended_ok, entries)
+                    for i in limits.startable(moves, deps, waiting, list(running), ended_ok):
+                        if self.cancel.is_set() or execution.fenced:
+                            break
+                        waiting.remove(i)
+                        running[i] = self._start(moves[i], entries[i], execution)
+                elif not running:
+                    break
+                for i, item in list(running.items()):
+                    if item.result is None:
+                        self._poll(item)
+                    if item.result is None:
+                        continue
+                    del running[i]
+                    execution.results.append(item.result)
+                    if item.result.ok:
+                        ended_ok.add(i)
+                    elif not item.refused and item.entry.state == FAILED:
+                        execution.stopped_early = bool(waiting)   # a migration failed: start no more
+                    self._emit(_EVENT[item.entry.state], **_describe(item.result.move), upid=item.result.upid,
+                               error=item.result.error, completed=len(execution.results), total=total,
+                               eta_s=round(self._eta(moves, deps, limits, waiting, running, ended_ok,
+                                                     execution.results), 1))
+                if execution.fenced:
+                    execution.cancelled = True
+                if running and not any(item.result is not None for item in running.values()):
+                    self.sleep(self.poll_s)
+                elif not running and waiting and not limits.startable(moves, deps, waiting, [], ended_ok) \
+                        and not stopping:
+                    self._not_reachable(moves, deps, waiting, running, ended_ok, entries, final=True)
+        finally:
+            self._close(execution, entries)
         self._emit("finished", ok=execution.ok, cancelled=execution.cancelled,
                    completed=sum(r.ok for r in execution.results), total=total)
         return execution
 
+    def _not_reachable(self, moves: list[Move], deps: list[set[int]], waiting: list[int],
+                       running: dict[int, _Running], ended_ok: set[int], entries: list[Entry],
+                       final: bool = False) -> None:
+        """Moves that wait for one that did not end well never start: said now, with why."""
+        for i in list(waiting):
+            failed = [j for j in deps[i] if j not in ended_ok and j not in running and j not in waiting]
+            if not failed and not final:
+                continue
+            waiting.remove(i)
+            first = moves[failed[0]] if failed else None
+            why = (f"not started: it waited for {first.name} ({first.vmid}) to leave or reach "
+                   f"{', '.join(sorted(slots.touches(first) & slots.touches(moves[i])))}, which did not happen"
+                   if first else "not started: no safe moment came")
+            self.journal.update(entries[i], NOT_STARTED, error=why)
+            self._emit("not_started", **_describe(moves[i]), error=why)
+
+    def _eta(self, moves: list[Move], deps: list[set[int]], limits: slots.Slots, waiting: list[int],
+             running: dict[int, _Running], ended_ok: set[int], results: list[MoveResult]) -> float:
+        """Seconds left, from the plan's estimates scaled by how long migrations took so far."""
+        took = [(r.ended_at - r.started_at, r.move.est_seconds) for r in results if r.ok and r.move.est_seconds > 0]
+        scale = (sum(t for t, _ in took) / sum(e for _, e in took)) if took else 1.0
+        now = self.clock()
+        left = {i: max(0.0, moves[i].est_seconds * scale - (now - item.started_at)) for i, item in running.items()}
+        expected = {i: moves[i].est_seconds * scale for i in waiting}
+        return slots.eta(moves, deps, limits, waiting, left, ended_ok, expected)
+
+    def _close(self, execution: Execution, entries: list[Entry]) -> None:
+        """Say why each move that never began did not, and end the job in the journal."""
+        if execution.abandoned or self.abandon.is_set():
+            execution.abandoned = True
+            self.journal.end("interrupted", abandoned=True)
+            return
+        if execution.fenced:
+            why = "not started: this engine stopped leading the cluster before its turn"
+        elif execution.cancelled:
+            why = f"not started: cancelled ({self.cancel_reason() or 'the job was stopped'})"
+        elif execution.stopped_early:
+            why = "not started: an earlier move failed; the next plan starts from the cluster as it is"
+        else:
+            why = "not started"
+        for entry in entries:
+            if entry.state == "planned":
+                self.journal.update(entry, NOT_STARTED, error=why)
+        state = ("cancelled" if execution.cancelled else "done" if execution.ok else "failed")
+        self.journal.end(state)
+
     # -- one move -------------------------------------------------------------------------
 
-    def _start(self, move: Move, plan_id: str) -> _Running:
+    def _start(self, move: Move, entry: Entry, execution: Execution) -> _Running:
         now = self.clock()
-        record = None
-        if self.store is not None:
-            record = self.store.move_started(plan_id, move, self.requested_by, None, now)
-        item = _Running(move, record, now)
+        item = _Running(move, entry, now)
         self._emit("start", **_describe(move), reason=move.reason, detail=move.detail)
         if move.ha_sid and move.ha_sid in self._comigrating:
             # a positive-affinity partner's HA migrate took this one along: follow it, ask nothing
-            log.info("%s: %s (%s) moves with its HA partner", plan_id, move.name, move.vmid)
+            log.info("%s: %s (%s) moves with its HA partner", execution.plan_id, move.name, move.vmid)
+            self.journal.update(entry, RUNNING)
             return item
         try:
             refusal = self._preflight(move)
-            if refusal:
-                self._finish(item, False, refusal, block=True)
-                return item
-            item.upid = self._migrate(move)
-        except UnavailableError as err:      # PVE unreachable or busy: try again next round
-            self._finish(item, False, str(err), block=False)
+        except UnavailableError as err:      # nothing was asked of PVE yet: not started
+            self._finish(item, NOT_STARTED, f"not started: PVE did not answer its precheck ({err})", block=False)
             return item
         except AuthError as err:             # Keel's own privileges, not the guest's fault
-            self._finish(item, False, f"{err}; Keel's token needs the privileges docs/security.md lists",
+            self._finish(item, FAILED, f"{err}; Keel's token needs the privileges docs/security.md lists",
+                         block=False)
+            return item
+        except KeelError as err:             # PVE refused to look: leave the guest alone a while
+            self._finish(item, FAILED, str(err), block=True)
+            return item
+        if refusal:
+            self._finish(item, FAILED, refusal, block=True)
+            return item
+        self.journal.update(entry, STARTING)
+        try:
+            item.upid = self._migrate(move)
+        except FencedError as err:           # the request never left: this engine does not lead
+            execution.fenced = True
+            self._finish(item, NOT_STARTED, f"not started: {err}", block=False)
+            return item
+        except UnavailableError as err:      # no answer: it may have started; find out before saying
+            item.unanswered = str(err)
+            log.warning("%s: the migrate request of %s (%s) got no answer (%s); looking for its task",
+                        execution.plan_id, move.name, move.vmid, err)
+            return item
+        except AuthError as err:             # Keel's own privileges, not the guest's fault
+            self._finish(item, FAILED, f"{err}; Keel's token needs the privileges docs/security.md lists",
                          block=False)
             return item
         except KeelError as err:             # PVE refused this move: leave the guest alone a while
-            self._finish(item, False, str(err), block=True)
+            self._finish(item, FAILED, str(err), block=True)
             return item
-        log.info("%s: migrating %s (%s) %s -> %s (%s, asked by %s) %s", plan_id, move.name,
+        self.journal.update(entry, RUNNING, upid=item.upid)
+        log.info("%s: migrating %s (%s) %s -> %s (%s, asked by %s) %s", execution.plan_id, move.name,
                  move.vmid, move.source, move.target, move.reason, self.requested_by, item.upid or "")
         return item
 
@@ -195,21 +318,67 @@ class Executor:
 
     # -- following ------------------------------------------------------------------------
 
-    def _follow(self, running: list[_Running]) -> None:
+    def _poll(self, item: _Running) -> None:
+        """One look at a running move."""
         timeout = self.settings.limits.move_timeout_s
-        while True:
-            waiting = [item for item in running if item.result is None]
-            if not waiting:
-                return
-            for item in waiting:
-                try:
-                    self._check(item)
-                except KeelError as err:
-                    log.warning("checking %s: %s", item.move.name, err)
-                if item.result is None and self.clock() - item.started_at > timeout:
-                    self._finish(item, False, f"still not done after {timeout:.0f}s", block=False)
-            if any(item.result is None for item in running):
-                self.sleep(self.poll_s)
+        try:
+            if item.unanswered is not None:
+                self._find_out(item)
+            else:
+                self._check(item)
+            item.unreadable_since = None
+        except KeelError as err:
+            log.warning("checking %s: %s", item.move.name, err)
+            self._unreadable(item, str(err), timeout)
+        if item.result is None and not item.slow_said and self.clock() - item.started_at > timeout:
+            item.slow_said = True          # said once; followed to its end all the same
+            self._emit("slow", **_describe(item.move), upid=item.upid,
+                       detail=f"still migrating after {timeout:.0f}s; followed until PVE says it ended")
+
+    def _unreadable(self, item: _Running, error: str, timeout: float) -> None:
+        """Its task cannot be read (its node is gone, PVE does not answer): after
+        ``move_timeout`` of that, the guest's place in the cluster is the outcome."""
+        now = self.clock()
+        if item.unreadable_since is None:
+            item.unreadable_since = now
+        if item.result is not None or now - item.unreadable_since <= timeout:
+            return
+        node = self._where(item.move.vmid)
+        if node == item.move.target:
+            self._finish(item, OK, "", block=False)
+        elif node is not None:
+            self._finish(item, FAILED, f"its migration could not be followed for {timeout:.0f}s ({error}); "
+                                       f"the guest is on {node}", block=False)
+
+    def _where(self, vmid: int) -> str | None:
+        """The node a guest is on now, as the cluster says (None: cannot tell)."""
+        try:
+            rows = self.client.get("/cluster/resources", type="vm")
+        except KeelError:
+            return None
+        found = [r.get("node") for r in rows or () if r.get("vmid") == vmid]
+        return str(found[0]) if found else None
+
+    def _find_out(self, item: _Running) -> None:
+        """The migrate request got no answer: its task is the truth, or the guest's place."""
+        move = item.move
+        upid = find_migration_task(self.client, move, item.started_at, self.clock())
+        if upid:
+            item.upid, item.unanswered = upid, None
+            self.journal.update(item.entry, RUNNING, upid=upid)
+            log.info("the migration of %s (%s) did start: %s", move.name, move.vmid, upid)
+            return
+        if move.ha_sid:
+            item.unanswered = None          # the CRM's view decides (_check)
+            self.journal.update(item.entry, RUNNING)
+            return
+        if self._where(move.vmid) == move.target:
+            self._finish(item, OK, "", block=False)
+            return
+        if self.clock() - item.started_at > FIND_OUT_S:
+            self._finish(item, NOT_STARTED, f"not started: the migrate request got no answer "
+                                            f"({item.unanswered}) and no migration task appeared within "
+                                            f"{FIND_OUT_S:.0f}s; the guest is still on {move.source}", block=False)
 
     def _check(self, item: _Running) -> None:
         move = item.move
@@ -219,7 +388,7 @@ class Executor:
             if status.get("status") == "stopped":
                 exit_status = str(status.get("exitstatus", ""))
                 ok = exit_status == "OK" or exit_status.startswith("WARNINGS")
-                self._finish(item, ok, "" if ok else exit_status, block=False)
+                self._finish(item, OK if ok else FAILED, "" if ok else exit_status, block=False)
             return
         # HA: the CRM's view is the truth.
         manager = self.client.get("/cluster/ha/status/manager_status")
@@ -229,16 +398,16 @@ class Executor:
             item.ha_seen_moving = True
             return
         if state == "started" and node == move.target:
-            self._finish(item, True, "", block=False)
+            self._finish(item, OK, "", block=False)
             return
         if state in ("error", "fence", "recovery", "freeze"):
-            self._finish(item, False, f"HA state {state}", block=False)
+            self._finish(item, FAILED, f"HA state {state}", block=False)
             return
         waited = self.clock() - item.started_at
         if item.ha_seen_moving or waited > HA_NO_START_S:
             error = self._ha_task_error(move, item.started_at) or (
                 "the HA manager did not migrate it" if not item.ha_seen_moving else "migration failed")
-            self._finish(item, False, error, block=not item.ha_seen_moving)
+            self._finish(item, FAILED, error, block=not item.ha_seen_moving)
 
     def _ha_task_error(self, move: Move, since: float) -> str | None:
         kind = "qmigrate" if move.type == "qemu" else "vzmigrate"
@@ -250,16 +419,18 @@ class Executor:
                 return str(status)
         return None
 
-    def _finish(self, item: _Running, ok: bool, error: str, block: bool) -> None:
+    def _finish(self, item: _Running, state: str, error: str, block: bool) -> None:
         now = self.clock()
+        ok = state == OK
+        item.refused = block                # PVE said no to this move: the others may go on
         item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now)
-        if self.store is not None and item.record is not None:
-            self.store.move_ended(item.record, ok, now, error or None, item.upid)
-            if not ok and block:
-                self.store.block(item.move.vmid, now + BLOCK_S, error)
+        self.journal.update(item.entry, state, upid=item.upid, error=error or None)
+        if self.store is not None and not ok and block:
+            self.store.block(item.move.vmid, now + BLOCK_S, error)
         if not ok:
-            log.warning("moving %s (%s) %s -> %s failed: %s", item.move.name, item.move.vmid,
-                        item.move.source, item.move.target, error)
+            log.warning("moving %s (%s) %s -> %s %s: %s", item.move.name, item.move.vmid,
+                        item.move.source, item.move.target,
+                        "not started" if state == NOT_STARTED else "failed", error)
 
     def _emit(self, event: str, **fields: Any) -> None:
         try:
@@ -271,3 +442,20 @@ class Executor:
 def _describe(move: Move) -> dict[str, Any]:
     return {"vmid": move.vmid, "name": move.name, "source": move.source, "target": move.target,
             "wave": move.wave}
+
+
+_EVENT = {OK: "done", FAILED: "failed", NOT_STARTED: "not_started"}
+
+
+def find_migration_task(client: PveClient, move: Any, since: float, now: float) -> str | None:
+    """The UPID of the migration of ``move``'s guest that started on its source node after
+    ``since`` (Keel's clock, ``now`` being Keel's time now), if PVE has one.  The start is
+    compared on the node's own clock (``/nodes/{node}/time``), so a node whose clock is off
+    does not hide the task or pass off an older one as it."""
+    kind = "qmigrate" if move.type == "qemu" else "vzmigrate"
+    node_now = float((client.get(f"/nodes/{move.source}/time") or {}).get("time") or now)
+    after = node_now - max(0.0, now - since) - 5
+    tasks = client.get(f"/nodes/{move.source}/tasks", typefilter=kind, vmid=move.vmid,
+                       since=int(after), source="all", limit=10)
+    found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= after]
+    return str(max(found, key=lambda t: float(t.get("starttime") or 0))["upid"]) if found else None

@@ -10,6 +10,11 @@ from typing import Mapping
 
 PING_PONG_S = 24 * 3600     # a guest does not go back to a node it left within a day
 
+# A move's states, as the journal (``keel.balance.journal``) and the store write them.
+PLANNED, STARTING, RUNNING, OK, FAILED, NOT_STARTED = "planned", "starting", "running", "ok", "failed", "not_started"
+UNFINISHED = (PLANNED, STARTING, RUNNING)
+ENDED = (OK, FAILED, NOT_STARTED)
+
 
 @dataclass(frozen=True)
 class MoveRecord:

@@ -36,6 +36,7 @@ HORIZON = 8
 CANDIDATES = 4               # best moves by gain per GiB, and as many by gain alone
 NEAR_BEST = 0.9              # moves within 10 % of the best gain per GiB count as as good
 MAX_CELLS = 20_000
+HEAT_TIE = 0.01              # moves whose nodes are this close (1 point) count as as extreme
 
 
 @dataclass
@@ -70,17 +71,29 @@ class Budget:
                       self.used_moves, self.used_bytes)
 
 
-def greedy_pick(score: np.ndarray, gain: np.ndarray) -> tuple[int, int] | None:
+def greedy_pick(score: np.ndarray, gain: np.ndarray, heat: np.ndarray | None = None,
+                cur: np.ndarray | None = None) -> tuple[int, int] | None:
     """The greedy choice: of the moves about as good per GiB as the best, the one that does
-    most (fewer migrations for the same GiB).  None when no move is allowed."""
+    most (fewer migrations for the same GiB); with ``heat`` (per node, how far it is above
+    the level) and ``cur`` (each unit's node), the one from the hottest node to the coolest
+    among them first: the extremes go first, as the spread and the peak want.  None when no
+    move is allowed."""
     if not score.size:
         return None
-    best = np.unravel_index(int(np.argmax(score)), score.shape)
-    if not np.isfinite(score[best]):
+    flat = score.ravel()
+    top = int(np.argmax(flat))
+    if not np.isfinite(flat[top]):
         return None
-    near = score >= score[best] * NEAR_BEST
-    best = np.unravel_index(int(np.argmax(np.where(near, gain, -np.inf))), score.shape)
-    return int(best[0]), int(best[1])
+    near = np.flatnonzero(flat >= flat[top] * NEAR_BEST)
+    gains = gain.ravel()[near]
+    if heat is not None and cur is not None and len(near) > 1:
+        rows, cols = np.divmod(near, score.shape[1])
+        spread = heat[cur[rows]] - heat[cols]
+        best = spread.max()
+        gains = np.where(spread >= best - HEAT_TIE, gains, -np.inf)
+    pick = int(near[int(np.argmax(gains))])
+    row, col = divmod(pick, score.shape[1])
+    return row, col
 
 
 def applies(model: LoadModel, rows: int) -> bool:

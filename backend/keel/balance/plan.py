@@ -106,6 +106,8 @@ class Plan:
     notices: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    stopped: str = ""           # what stopped the balancing: words.LEVEL_REACHED, NOTHING_WORTH_IT,
+                                # BUDGET, CLUSTER_FULL ("" where no balancing was asked for)
 
     def mandatory_moves(self) -> tuple[Move, ...]:
         """The moves that do not wait for hold or schedule (maintenance, broken rules), with
@@ -123,15 +125,18 @@ class Plan:
 
     @property
     def est_seconds(self) -> float:
-        per_wave: dict[int, float] = {}
-        for move in self.moves:
-            per_wave[move.wave] = max(per_wave.get(move.wave, 0.0), move.est_seconds)
-        return sum(per_wave.values())
+        """How long the moves take, streamed through the executor's slots as it runs them."""
+        from keel.balance import slots
+        limits = self.config.get("limits") or {}
+        moves = list(self.moves)
+        return slots.eta(moves, slots.dependencies(moves),
+                         slots.Slots(int(limits.get("concurrent", 2)), int(limits.get("per_node", 1))),
+                         list(range(len(moves))), {}, set(), {i: m.est_seconds for i, m in enumerate(moves)})
 
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict, "method": self.method, "reason": self.reason,
-            "created_at": self.created_at,
+            "stopped": self.stopped, "created_at": self.created_at,
             "moves": [m.to_json() for m in self.moves],
             "summary": {"moves": len(self.moves), "waves": self.waves,
                         "gib_moved": round(self.bytes_moved / GiB, 2),
@@ -158,4 +163,4 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
         moves.append(Move(**m))
     return Plan(data["verdict"], data["method"], data["reason"], tuple(moves), state(data["before"]),
                 state(data["after"]), tuple(Skip(**s) for s in data["skipped"]), tuple(data["conflicts"]),
-                tuple(data["notices"]), dict(data["config"]), data["created_at"])
+                tuple(data["notices"]), dict(data["config"]), data["created_at"], data.get("stopped", ""))

@@ -3,28 +3,35 @@
 1. **Mandatory phase.** Units that must move (their node is in maintenance, or they
    break a rule where they are) go, largest first, to the allowed node where they help
    the balance most, if memory allows.
-2. **Balance phase**, when the imbalance is over the threshold or a node is hot: greedy
-   best improvement.  Every (unit, node) pair is scored at once (numpy): the change of
-   the objective ``F = Σ_r w_r Σ_n (u_nr − ū_r)²`` (utilisation against the level every
-   node would have if the load were spread perfectly), divided by what the move costs
-   (GiB that travel, plus a fixed cost per migration); of the moves within 10 % of the
-   best per GiB, the one that does most is made (fewer migrations for the same GiB), and
-   again, until the figure is down to half the threshold, no move cuts F by enough
-   (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget is
-   spent — then the plan says so and later rounds go on.  On a cluster small enough for
-   it, each such choice looks ahead first (``lookahead``): where the greedy path runs into
-   a dead end, a dearer move whose path levels the cluster for fewer GiB is made instead.
-   When no single move helps (memory too tight, or sizes that no one move evens out),
-   compound moves are tried, in this order, each only if it can be carried out with a
-   guest's memory held on both nodes while it moves:
+2. **Balance phase**, when the imbalance is over the threshold or a node is hot by itself
+   (above ``hotspot``, or more than ``above_mean`` points above the cluster's mean on a
+   weighted resource): greedy best improvement.  Every (unit, node) pair is scored at
+   once (numpy): the change of the objective ``F = Σ_r w_r Σ_n (u_nr − ū_r)²``
+   (utilisation against the level every node would have if the load were spread
+   perfectly), divided by what the move costs (GiB that travel, plus a fixed cost per
+   migration); of the moves within 10 % of the best per GiB, the one that does most is
+   made (fewer migrations for the same GiB), and again, until the **level** is reached
+   (the figure at half the threshold and no node hot by itself), no move cuts F by enough
+   (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget
+   is spent — then the plan says so and later rounds go on.  After each move only the
+   scores it changed are computed again (its two nodes' rows and columns).  On a cluster
+   small enough for it, each such choice looks ahead first (``lookahead``): where the
+   greedy path runs into a dead end, a dearer move whose path levels the cluster for
+   fewer GiB is made instead.  When no single move helps (memory too tight, or sizes that
+   no one move evens out), compound moves are tried, in this order, each only if it can
+   be carried out with a guest's memory held on both nodes while it moves:
    - a swap of a guest of the hottest node for one of a cold node;
    - making room: light guests moved off a full node so that one from the hottest fits;
    - a trade of up to three guests of one node for up to three of another, if need be
-     after one light guest has moved out of the way (and perhaps one back after).
-3. **Peak phase.**  The squared objective can leave one node a few points above the
-   rest; moves that lower the fullest node without raising another to it are made while
-   the figure stays under 1.25 times where it was (or half the threshold).
-4. ``balancer.make_plan`` orders the moves into safe waves, plans again without any
+     after one light guest has moved out of the way (and perhaps one back after);
+   and when none helps and a node is still hot by itself, a move that cools it: off the
+   hottest node, leaving both nodes it touches below where that node was, while the
+   figure stays under 1.25 times where it was.
+   The sequence of moves never depends on the threshold, only where it stops: a looser
+   threshold's plan is a prefix of a tighter one's.  Every move chosen is put to
+   ``admit`` (what PVE's migration would check: local devices, CPU, storages) before it
+   is made; a refused one is never tried again.
+3. ``balancer.make_plan`` orders the moves into safe waves, plans again without any
    guest whose move could not be ordered, and drops a plan whose balance moves do not
    cut the imbalance of the nodes they touch by ``margin`` — unless the budget cut it
    short (mandatory moves stay either way).
@@ -36,8 +43,8 @@ The result is an unordered list of moves; ``sequence.order`` turns it into waves
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -48,6 +55,8 @@ from keel.balance.lookahead import Budget
 from keel.balance.moving import GiB, MOVE_OVERHEAD_GIB, current_node, move_unit
 from keel.balance.plan import Move, Skip
 from keel.balance.rules import Constraints, Unit
+from keel.balance.level import _figure, _triggered, level_reached, peak_ok
+from keel.balance.scoring import _peak_move, _pct, _Scorer
 from keel.balance.settings import BalancingSettings
 from keel.balance.trades import exchange, make_room, swap
 
@@ -55,8 +64,9 @@ DISK_COST_FACTOR = 4.0       # a GiB of disk costs four of RAM (slower, and it w
 MIN_RELATIVE_GAIN = 0.002    # a move must cut F by 0.2 % of its two nodes' share of it, at least
 MAX_SWAP_ROUNDS = 5
 MAX_PEAK_MOVES = 20
-PEAK_STEP = 0.001            # a peak move must lower the fullest node by 0.1 point at least
 PEAK_RISE = 1.25             # ... and may raise the figure to 1.25 times where it was
+PEAK_FLOOR = 0.05            # ... or to this figure, if higher
+LOOKAHEAD_LEVEL = 0.005      # playouts look for the path to this figure
 
 
 @dataclass
@@ -69,40 +79,31 @@ class Outcome:
     margin_checked: bool = False  # the method applied its own margin (PVE's, per move)
     not_worth_it: bool = False   # ... and refused its best move
     budget_spent: bool = False   # stopped by the plan's limits with good moves left
+    stop: str = ""               # what stopped the balance phase (words.LEVEL_REACHED, ...)
 
 
-def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings) -> Outcome:
+def plan_keel(model: LoadModel, cons: Constraints, settings: BalancingSettings,
+              admit: Callable[[Unit, str], bool] | None = None) -> Outcome:
+    """``admit(unit, node)``: whether what PVE will check before migrating (devices, CPU,
+    storages: ``keel.balance.guestconfig``) lets the unit go there; asked once a move is
+    chosen, so that configs are read only for guests the plan would move."""
     moves: list[Move] = []
     skipped: list[Skip] = []
     placed: dict[str, str] = {u.key: u.node for u in cons.units}
     anti = _anti_index(cons)
-    _mandatory_phase(model, cons, anti, placed, moves, skipped)
+    _mandatory_phase(model, cons, anti, placed, moves, skipped, admit)
     start = model.objective()
     units = [u for u in cons.units if u.balance and u.mandatory is None and u.allowed]
     stuck = False
+    budget_spent = False
+    stop = words.LEVEL_REACHED
     if _triggered(model, settings) and units:
-        stuck, budget_spent = _balance_phase(model, units, anti, placed, moves, skipped, settings)
-    else:
-        budget_spent = False
-    return Outcome(_collapse(moves), skipped, start, model.objective(), stuck, budget_spent=budget_spent)
-
-
-def _triggered(model: LoadModel, settings: BalancingSettings) -> bool:
-    figures = model.figures()
-    if settings.hotspot is not None and figures.peak > settings.hotspot:
-        return True
-    return _figure(figures, settings) > settings.threshold
-
-
-def _figure(figures, settings: BalancingSettings) -> float:
-    if settings.imbalance == "pve":
-        return figures.pve
-    if settings.imbalance == "spread":
-        weighted = [k for k, w in zip(("cpu", "memory", "disk"), (settings.weights.get("cpu", 0),
-                                                                    settings.weights.get("memory", 0),
-                                                                    settings.weights.get("disk", 0))) if w]
-        return max(figures.spread[k] for k in weighted) / 100.0
-    return figures.keel
+        stuck, budget_spent, stop = _balance_phase(model, units, anti, placed, moves, skipped, settings,
+                                                   admit)
+    elif _triggered(model, settings):
+        stop = words.NOTHING_WORTH_IT
+    return Outcome(_collapse(moves), skipped, start, model.objective(), stuck, budget_spent=budget_spent,
+                   stop=stop)
 
 
 def _anti_index(cons: Constraints) -> dict[str, set[str]]:
@@ -118,6 +119,16 @@ def _blocked_by_anti(unit: Unit, node: str, anti: dict[str, set[str]], placed: d
     return any(placed.get(other) == node for other in anti.get(unit.key, ()))
 
 
+EXTREMES_FIRST = True
+
+
+def _heat(model: LoadModel) -> np.ndarray:
+    """Per node, how far its fullest weighted resource is above that resource's level."""
+    dev = model.utilisation() - model.fluid()
+    weighted = model.weights > 0
+    return np.where(weighted[None, :], dev, -np.inf).max(axis=1)
+
+
 def _delta(model: LoadModel, demand: np.ndarray, source: str | None, target: str) -> float:
     """Change of F if ``demand`` leaves ``source`` (None: comes from nowhere) for ``target``."""
     before = model.objective()
@@ -129,10 +140,13 @@ def _delta(model: LoadModel, demand: np.ndarray, source: str | None, target: str
 
 
 def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[str]],
-                     placed: dict[str, str], moves: list[Move], skipped: list[Skip]) -> None:
+                     placed: dict[str, str], moves: list[Move], skipped: list[Skip],
+                     admit: Callable[[Unit, str], bool] | None = None) -> None:
     todo = [u for u in cons.units if u.mandatory is not None]
     todo.sort(key=lambda u: (u.mandatory != words.MAINTENANCE, -model.unit_footprint(u.vmids), u.key))
     for unit in todo:
+        if admit is not None and not admit(unit, None):
+            continue                # PVE would not migrate it anywhere; the plan says why
         demand = model.unit_demand(unit.vmids)
         footprint = model.unit_footprint(unit.vmids)
         best: tuple[float, str] | None = None
@@ -149,6 +163,8 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
                 continue
             if _blocked_by_anti(unit, node, anti, placed):
                 apart = True
+                continue
+            if admit is not None and not admit(unit, node):
                 continue
             source = unit.node if model.eligible[model.index[unit.node]] else None
             delta = _delta(model, demand, source, node) if unit.node in model.index else 0.0
@@ -169,9 +185,15 @@ def _mandatory_phase(model: LoadModel, cons: Constraints, anti: dict[str, set[st
 
 def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]],
                    placed: dict[str, str], moves: list[Move], skipped: list[Skip],
-                   settings: BalancingSettings) -> tuple[bool, bool]:
-    """Greedy best improvement.  Returns (stuck: imbalanced but nothing could be done,
-    budget_spent: the plan's limits stopped it while good moves remained)."""
+                   settings: BalancingSettings, admit: Callable[[Unit, str], bool] | None = None
+                   ) -> tuple[bool, bool, str]:
+    """Greedy best improvement, then compound moves, then moves that cool the hottest node,
+    until the level is reached.  Returns (stuck: imbalanced but nothing could be done,
+    budget_spent: the plan's limits stopped it while good moves remained, what stopped it).
+
+    Which move comes next never depends on the threshold; the threshold only says where
+    the sequence stops, so a looser threshold makes a plan that is a prefix of a tighter
+    one's (it never moves more)."""
     nodes = model.nodes
     n = len(nodes)
     demand = np.zeros((len(units), model.load.shape[1]))                     # U x R
@@ -197,29 +219,80 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
     min_gain = max(model.objective() * MIN_RELATIVE_GAIN * 2 / eligible, 1e-12)
 
     def done(state: LoadModel) -> bool:
-        figures = state.figures()
-        return (_figure(figures, settings) <= settings.threshold / 2
-                and (settings.hotspot is None or figures.peak <= settings.hotspot))
+        return level_reached(state, settings)
 
-    swaps = 0
+    def look_done(state: LoadModel) -> bool:
+        # playouts aim at a fixed level, not the threshold: the choice of a move must not
+        # depend on where the plan will stop
+        return _figure(state.figures(), settings) <= LOOKAHEAD_LEVEL and peak_ok(state, settings)
+
+    def checkpoint():
+        return model.load.copy(), model.mem_used.copy(), len(moves), dict(placed), scorer.cur.copy()
+
+    def rollback(saved) -> None:
+        load, mem, count, where, cur = saved
+        model.load[:] = load
+        model.mem_used[:] = mem
+        del moves[count:]
+        placed.clear()
+        placed.update(where)
+        scorer.cur[:] = cur
+
+    def refused(start: int) -> tuple[int, int] | None:
+        """The first move since ``start`` that ``admit`` refuses, as (row, column)."""
+        if admit is None:
+            return None
+        rows = {u.key: row for row, u in enumerate(units)}
+        for move in moves[start:]:
+            unit = next(u for u in units if move.vmid in u.vmids)
+            if not admit(unit, move.target):
+                return rows[unit.key], model.index[move.target]
+        return None
+
+    def home(row: int) -> None:
+        # a unit that moved never goes back where it started within the plan: that move
+        # and its way back would cancel out, and a plan cut shorter would keep only the first
+        origin = model.index.get(units[row].node)
+        if origin is not None:
+            scorer.forbid(row, origin)
+
+    swaps = peaks = 0
     made_any = False
     budget_spent = False
-    while not done(model):
+    stop = words.NOTHING_WORTH_IT
+    ceiling: float | None = None
+    while True:
+        if done(model):
+            stop = words.LEVEL_REACHED
+            break
         score, gain = scorer.scores()
         worth_more = False
-        if units:
+        over = ~budget.fits()
+        if units and over.any():
             unlimited = np.unravel_index(int(np.argmax(score)), score.shape)
             worth_more = bool(np.isfinite(score[unlimited]) and gain[unlimited] >= min_gain)
-            score[~budget.fits(), :] = -np.inf
-        best = lookahead.greedy_pick(score, gain)
+            score = score.copy()
+            score[over, :] = -np.inf
+        best = lookahead.greedy_pick(score, gain, _heat(model) if EXTREMES_FIRST else None, scorer.cur)
         if best is not None and look and gain[best] >= min_gain:
-            best = lookahead.choose(scorer, score, gain, best, min_gain, budget, done)
+            best = lookahead.choose(scorer, score, gain, best, min_gain, budget, look_done)
+        if best is not None and gain[best] >= min_gain and admit is not None \
+                and not admit(units[best[0]], nodes[best[1]]):
+            if admit(units[best[0]], None):
+                scorer.forbid(*best)
+            else:                                  # it may not move at all
+                for col in range(n):
+                    scorer.forbid(best[0], col)
+            continue
         if best is None or gain[best] < min_gain:
             if worth_more:
                 budget_spent = True            # good moves remain: later rounds make them
+                stop = words.BUDGET
                 break
             pair = None
+            cooled = False
             left = budget.moves - budget.used_moves
+            saved = checkpoint()
             if swaps < MAX_SWAP_ROUNDS and left >= 2:
                 pair = swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
                             min_gain, settings)
@@ -229,10 +302,28 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             if pair is None and swaps < MAX_SWAP_ROUNDS:
                 pair = exchange(model, units, demand, scorer.cur, allowed, footprint, anti, placed,
                                 moves, min_gain, left)
+            if pair is None and peaks < MAX_PEAK_MOVES and not peak_ok(model, settings):
+                if ceiling is None:
+                    w = float(model.weights.sum())
+                    ceiling = max(model.objective() * PEAK_RISE ** 2, PEAK_FLOOR ** 2 * eligible * w)
+                row = _peak_move(model, scorer, units, placed, moves, ceiling, budget.fits(), settings)
+                if row is not None:
+                    pair, cooled = [row], True
+                    peaks += 1
             if pair is not None:
+                bad = refused(saved[2])
+                if bad is not None:
+                    rollback(saved)
+                    scorer.refresh()
+                    row, col = bad
+                    for c in (range(n) if not admit(units[row], None) else [col]):
+                        scorer.forbid(row, c)
+                    continue
                 for row in pair:
                     budget.take(row)
-                swaps += 1
+                    home(row)
+                if not cooled:
+                    swaps += 1
                 made_any = True
                 scorer.refresh()
                 continue
@@ -240,129 +331,21 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         row, col = best
         unit = units[row]
         budget.take(row)
+        source = int(scorer.cur[row])
         move_unit(model, unit, nodes[col], words.BALANCE,
                   f"{unit.node} {_pct(model, unit.node)} → {nodes[col]} {_pct(model, nodes[col])}",
                   placed, moves, float(gain[best]))
         scorer.cur[row] = col
+        scorer.moved(row, source, col)
+        home(row)
         made_any = True
-    if not budget_spent:
-        # the figure may rise a little for a lower peak: to 1.25 times where it is, or to the
-        # half-threshold the balance phase aims for, whichever is more
-        n, wsum = int(model.eligible.sum()), float(model.weights.sum())
-        ceiling = max(model.objective() * PEAK_RISE ** 2, (settings.threshold / 2) ** 2 * n * wsum)
-        for _ in range(MAX_PEAK_MOVES):
-            row = _peak_move(model, scorer, units, placed, moves, ceiling, budget.fits())
-            if row is None:
-                break
-            budget.take(row)
-            made_any = True
     still = _triggered(model, settings)
     if still and (budget_spent or budget.spent):
         budget_spent = True
+        stop = words.BUDGET
         skipped.append(Skip(words.LIMIT, f"the plan's budget ({budget.moves} moves, "
                                          f"{budget.bytes / GiB:.0f} GiB) is spent; later rounds go on"))
-    return still and not made_any, budget_spent
-
-
-def _pct(model: LoadModel, node: str) -> str:
-    u = model.utilisation()[model.index[node]]
-    return f"(cpu {u[0]:.0%}, mem {u[1]:.0%})"
-
-
-class _Scorer:
-    """(score, gain) for every (unit, node): gain = −ΔF, score = gain / cost; −inf where the
-    move is not allowed.  What does not change between moves (each unit's share of every
-    node, its square) is computed once; a round then costs one pass over units × nodes."""
-
-    def __init__(self, model: LoadModel, units: list[Unit], demand: np.ndarray, allowed: np.ndarray,
-                 footprint: np.ndarray, cost: np.ndarray, anti: dict[str, set[str]],
-                 placed: dict[str, str]):
-        self.model, self.units, self.demand, self.allowed = model, units, demand, allowed
-        self.footprint, self.cost, self.anti, self.placed = footprint, cost, anti, placed
-        w = model.weights
-        share = demand[:, None, :] / model.cap[None, :, :]                # U x N x R
-        self.share = share
-        self.share_w = share * w                                          # U x N x R
-        self.share_sq = (share ** 2 * w).sum(axis=2)                      # U x N
-        self.with_anti = [row for row, u in enumerate(units) if anti.get(u.key)]
-        self.with_soft = [row for row, u in enumerate(units) if u.soft_away]
-        self.rows = np.arange(len(units))
-        self.refresh()
-
-    def refresh(self) -> None:
-        self.cur = np.array([self.model.index[self.placed[u.key]] for u in self.units], dtype=int)
-
-    def fork(self) -> "_Scorer":
-        """The same scorer over a copy of its working state (the model, where each unit is),
-        for looking ahead without touching the plan."""
-        trial = copy.copy(self)
-        trial.model, trial.cur, trial.placed = self.model.copy(), self.cur.copy(), dict(self.placed)
-        return trial
-
-    def scores(self) -> tuple[np.ndarray, np.ndarray]:
-        model, cur, rows = self.model, self.cur, self.rows
-        dev = model.utilisation() - model.fluid()                          # N x R
-        if not len(rows):
-            return np.zeros((0, len(model.nodes))), np.zeros((0, len(model.nodes)))
-        d_source = (self.share_sq[rows, cur]
-                    - 2 * np.einsum("ur,ur->u", self.share_w[rows, cur], dev[cur])) * model.eligible[cur]
-        d_target = self.share_sq + 2 * np.einsum("unr,nr->un", self.share_w, dev)
-        gain = -(d_source[:, None] + d_target)
-        feasible = self.allowed.copy()
-        feasible[rows, cur] = False
-        feasible &= (model.mem_used[None, :] + self.footprint[:, None]) <= model.mem_cap[None, :]
-        for row in self.with_anti:
-            for other in self.anti[self.units[row].key]:
-                node = self.placed.get(other)
-                if node is not None and node in model.index:
-                    feasible[row, model.index[node]] = False
-        for row in self.with_soft:
-            for node in self.units[row].soft_away:
-                if node in model.index:
-                    gain[row, model.index[node]] -= abs(gain[row]).max() * 0.5
-        self.feasible = feasible
-        score = np.where(feasible & (gain > 0), gain / self.cost[:, None], -np.inf)
-        return score, gain
-
-
-def _peak_move(model: LoadModel, scorer: "_Scorer", units: list[Unit], placed: dict[str, str],
-               moves: list[Move], ceiling: float, fits: np.ndarray) -> int | None:
-    """Once no move cuts the objective enough: a move that lowers the fullest node's peak
-    (cpu or memory, whichever is higher) without raising any other node to it, keeping the
-    objective under ``ceiling``.  The squared objective alone can leave one node a few points
-    above the rest.  Returns the unit's row, or None."""
-    if not len(units):
-        return None
-    _, gain = scorer.scores()
-    u = model.utilisation()
-    weighted = model.weights > 0
-    if not weighted.any():
-        return None
-    node_peak = np.where(model.eligible, u[:, weighted].max(axis=1), -np.inf)
-    hot = int(np.argmax(node_peak))
-    peak = float(node_peak[hot])
-    rows = np.flatnonzero((scorer.cur == hot) & fits)
-    if not len(rows):
-        return None
-    share = scorer.share[rows]                                             # r x N x R
-    new_target = (u[None, :, :] + share)[:, :, weighted].max(axis=2)       # r x N
-    new_source = (u[hot][None, :] - share[:, hot, :])[:, weighted].max(axis=1)
-    ranked = np.argsort(-node_peak)
-    others = np.full(len(model.nodes), -np.inf)
-    for t in range(len(model.nodes)):
-        others[t] = next((node_peak[i] for i in ranked if i not in (hot, t)), -np.inf)
-    after = np.maximum(np.maximum(new_target, new_source[:, None]), others[None, :])
-    ok = scorer.feasible[rows] & (after < peak - PEAK_STEP) & (model.objective() - gain[rows] <= ceiling)
-    if not ok.any():
-        return None
-    choice = np.where(ok, gain[rows], -np.inf)
-    r, col = np.unravel_index(int(np.argmax(choice)), choice.shape)
-    row = int(rows[r])
-    unit = units[row]
-    move_unit(model, unit, model.nodes[col], words.BALANCE,
-              f"lowers the fullest node, {unit.node} ({peak:.0%})", placed, moves, float(gain[row, col]))
-    scorer.cur[row] = col
-    return row
+    return still and not made_any, budget_spent, stop
 
 
 def _collapse(moves: list[Move]) -> list[Move]:

@@ -57,14 +57,14 @@ def plan_pve(model: LoadModel, cons: Constraints, settings: BalancingSettings, s
         return outcome
     if (before - best.imbalance) / before < settings.margin:
         skipped.append(Skip(words.LIMIT, f"PVE's {method} would move {best.migration.sid} to "
-                                         f"{best.migration.target}, but that cuts the imbalance from "
+                                         f"{best.migration.target}, but that cuts PVE's CRS figure from "
                                          f"{before:.2f} only to {best.imbalance:.2f} (margin "
                                          f"{settings.margin:.0%})"))
         outcome.not_worth_it = True
         return outcome
     unit = units[best.migration.sid]
     move_unit(model, unit, best.migration.target, words.BALANCE,
-              f"{method}: imbalance {before:.2f} → {best.imbalance:.2f}", placed, moves,
+              f"{method}: PVE's CRS figure {before:.2f} → {best.imbalance:.2f}", placed, moves,
               before - best.imbalance)
     outcome.balance_to = model.objective()
     return outcome

@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
+from keel.balance import guestconfig
 from keel.balance.balancer import make_plan
 from keel.balance.executor import Execution, Executor
 from keel.balance.guard import Decision, decide
+from keel.balance.journal import Journal
 from keel.balance.plan import Plan
 from keel.balance.settings import BalancingSettings
 from keel.pve import snapshot as snapshots
@@ -53,8 +55,11 @@ class Rounds:
     def __init__(self, client: PveClient, settings: BalancingSettings, store: Any,
                  requested_by: str = "keel balance", on_event: Callable[[dict], None] | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 poll_s: float = 2.0, cancel: threading.Event | None = None):
+                 poll_s: float = 2.0, cancel: threading.Event | None = None,
+                 journal: Callable[[], Journal] | None = None, abandon: threading.Event | None = None):
         self.cancel = cancel
+        self.journal = journal
+        self.abandon = abandon
         self.client = client
         self.settings = settings
         self.store = store
@@ -74,7 +79,8 @@ class Rounds:
         self.store.add_samples(now, dict(iter_guest_samples(snap)), keep_s=max(settings.window_s * 2, 600))
         history = self.store.history(now)
         samples = self.store.samples(now - settings.window_s) or None
-        plan = make_plan(snap, settings, history, now, samples)
+        plan = make_plan(snap, settings, history, now, samples,
+                         configs=guestconfig.Reader(self.client, self.clock))
         decision = decide(plan, settings, now, history.hold_rounds)
         self.store.put("hold_rounds", decision.hold_rounds)
         result = RoundResult(now, plan, decision, snapshot=snap)
@@ -88,5 +94,6 @@ class Rounds:
     def execute(self, plan: Plan) -> Execution:
         executor = Executor(self.client, self.settings, self.store, requested_by=self.requested_by,
                             on_event=self.on_event, cancel=self.cancel, clock=self.clock, sleep=self.sleep,
-                            poll_s=self.poll_s)
-        return executor.run(plan)
+                            poll_s=self.poll_s, journal=self.journal() if self.journal else None,
+                            abandon=self.abandon, cancel_reason=lambda: "this node stopped leading")
+        return executor.run(plan, kind="round")

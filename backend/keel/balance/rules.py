@@ -59,6 +59,14 @@ class Constraints:
     notices: list[str]
 
 
+def eligible_nodes(snapshot: Snapshot, settings: BalancingSettings, maintenance: set[str]) -> set[str]:
+    """The nodes that may receive guests: online, not in maintenance (the settings', the
+    given ones, PVE's HA maintenance) and not ignored."""
+    ha_maint = {n.name for n in snapshot.nodes.values() if n.in_maintenance}
+    online = {n.name for n in snapshot.nodes.values() if n.online}
+    return online - set(settings.maintenance) - maintenance - ha_maint - set(settings.ignore.nodes)
+
+
 def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: History,
                   now: float, may_move: Callable[[Guest], bool] | None = None) -> Constraints:
     skipped: list[Skip] = []
@@ -69,8 +77,7 @@ def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: Hist
     unknown = sorted((set(settings.maintenance) | set(history.maintenance)) - set(snapshot.nodes))
     if unknown:
         conflicts.append(f"maintenance names unknown nodes: {', '.join(unknown)}")
-    online = {n.name for n in snapshot.nodes.values() if n.online}
-    eligible = online - maintenance - set(settings.ignore.nodes)
+    eligible = eligible_nodes(snapshot, settings, set(history.maintenance))
     pve_rebalances = snapshot.crs.auto_rebalance and snapshot.crs.ha in ("static", "dynamic")
     if pve_rebalances:
         notices.append("Proxmox's own HA auto-rebalance is on: Keel leaves HA guests to it "

@@ -8,7 +8,7 @@ accept numbers (``0.1``) or percentages (``"10%"``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from keel import schedule as sched
@@ -28,6 +28,7 @@ GUEST_TYPES = ("vm", "ct")
 DEFAULT_WEIGHTS = {"cpu": 1.0, "memory": 1.0, "disk": 0.0}   # disk moves are slow: opt in
 DEFAULT_THRESHOLD = 0.10   # Keel's figure: nodes 10 points from the mean, typically
 DEFAULT_HOTSPOT = 0.90     # a node this full on a weighted resource is worth acting on alone
+DEFAULT_ABOVE_MEAN = 0.10  # ... and so is one this many points above the cluster's mean on one
 DEFAULT_HOLD = 3           # rounds, as PVE: one noisy sample moves nothing
 DEFAULT_MARGIN = 0.10      # a plan must cut the imbalance by 10 % to pay for its migrations
 DEFAULT_COOLDOWN_S = 3600.0   # a guest that moved stays put an hour
@@ -39,6 +40,8 @@ DEFAULT_WINDOW_S = 300.0   # `used` load is averaged over 5 minutes
 DEFAULT_INTERVAL_S = 60.0  # continuous mode: one round a minute
 DEFAULT_HEADROOM = 0.10    # never plan a node's memory above 90 %
 MOVE_TIMEOUT_S = 1800.0
+UNLIMITED_MOVES = 10**9    # what "no limit" is to the planner's budget
+UNLIMITED_BYTES = 2**62
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,13 @@ class Ignore:
 
 @dataclass(frozen=True)
 class Limits:
-    moves: int = DEFAULT_MAX_MOVES
+    moves: int = DEFAULT_MAX_MOVES     # per round of continuous mode (and keel balance)
     bytes: int = DEFAULT_MAX_BYTES
     concurrent: int = DEFAULT_CONCURRENT
     per_node: int = DEFAULT_PER_NODE
     move_timeout_s: float = MOVE_TIMEOUT_S
+    oneshot_moves: int | None = None   # per keel plan / keel apply; None: until level or
+    oneshot_bytes: int | None = None   # no move is worth it
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class BalancingSettings:
     imbalance: str = "keel"       # the figure `threshold` applies to
     threshold: float = DEFAULT_THRESHOLD
     hotspot: float | None = DEFAULT_HOTSPOT
+    above_mean: float | None = DEFAULT_ABOVE_MEAN   # points above the mean that make a node hot
     hold: int = DEFAULT_HOLD
     margin: float = DEFAULT_MARGIN
     cooldown_s: float = DEFAULT_COOLDOWN_S
@@ -109,6 +115,14 @@ class BalancingSettings:
 
     def reserve_for(self, node: str) -> int:
         return int(self.reserve.get(node, self.reserve.get("default", 0)))
+
+    def oneshot(self) -> "BalancingSettings":
+        """The settings of a one-shot plan (``keel plan``, ``keel apply``, the tab's Apply):
+        the one-shot limits in place of the per-round ones; no limit where none is set."""
+        lim = self.limits
+        return replace(self, limits=replace(
+            lim, moves=UNLIMITED_MOVES if lim.oneshot_moves is None else lim.oneshot_moves,
+            bytes=UNLIMITED_BYTES if lim.oneshot_bytes is None else lim.oneshot_bytes))
 
 
 def fraction(value: Any) -> float | None:
@@ -155,13 +169,17 @@ def read(r: Reader) -> BalancingSettings:
             r.problems.add(r.sub("guests"), f"unknown guest type {kind!r} (use vm and/or ct)")
 
     lim = r.mapping("limits")
+    once = lim.mapping("oneshot")
     limits = Limits(
         moves=lim.integer("moves", DEFAULT_MAX_MOVES, 0),
         bytes=_gib_or_size(lim, "gib", DEFAULT_MAX_BYTES),
         concurrent=lim.integer("concurrent", DEFAULT_CONCURRENT, 1),
         per_node=lim.integer("per_node", DEFAULT_PER_NODE, 1),
         move_timeout_s=lim.duration("move_timeout", MOVE_TIMEOUT_S),
+        oneshot_moves=once.integer("moves", None, 0),
+        oneshot_bytes=_gib_or_size(once, "gib", None),
     )
+    once.done()
     lim.done()
 
     mem = r.mapping("memory")
@@ -215,6 +233,7 @@ def read(r: Reader) -> BalancingSettings:
         imbalance=r.choice("imbalance", IMBALANCE_FIGURES, d.imbalance),
         threshold=_fraction(r, "threshold", d.threshold, high=100.0),
         hotspot=None if r.raw("hotspot", "") is False else _fraction(r, "hotspot", d.hotspot),
+        above_mean=None if r.raw("above_mean", "") is False else _fraction(r, "above_mean", d.above_mean),
         hold=r.integer("hold", d.hold, 0),
         margin=_fraction(r, "margin", d.margin),
         cooldown_s=r.duration("cooldown", d.cooldown_s),
@@ -237,7 +256,7 @@ def read(r: Reader) -> BalancingSettings:
     return settings
 
 
-def _gib_or_size(r: Reader, key: str, default: int) -> int:
+def _gib_or_size(r: Reader, key: str, default: int | None) -> int | None:
     raw = r.raw(key, None)
     if raw is None:
         return default

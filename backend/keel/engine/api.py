@@ -31,7 +31,8 @@ from werkzeug.exceptions import HTTPException
 from keel import config as cfg
 from keel.authz import Principal
 from keel.engine import openapi, peer, redact, runners_admin
-from keel.engine.core import Engine, NotLeaderError
+from keel.engine.core import Engine
+from keel.engine.leadership import NotLeaderError
 from keel.errors import AuthError, InvalidError, KeelError, NotFoundError, NotAllowedError
 from keel.units import parse_size
 from keel.validate import Problems, Reader
@@ -248,7 +249,7 @@ def create_app(engine: Engine) -> Flask:
         principal = require("Sys.Audit")
         limit = number_arg("limit", 50, 1, 1000)
         return ok({"moves": redact.moves(engine.store.moves(limit=limit), visible(principal)),
-                   "decisions": engine.store.decisions(limit=limit)})
+                   "decisions": engine.store.decisions(limit=limit), "jobs": engine.store.jobs(limit=20)})
 
     @app.get("/api/best-node")
     def best() -> Response:
@@ -438,6 +439,16 @@ def _raw_section(text: str, key: str) -> Any:
     return data.get(key) if isinstance(data, dict) else None
 
 
+def lease_data(engine: Engine) -> dict[str, Any]:
+    """The leader lease as this engine holds it: its term, how old its last renewal is, and
+    why it last stopped holding it."""
+    lease = engine.lease
+    age = lease.age()
+    return {"held": lease.held(), "term": lease.term, "age_s": None if age is None else round(age, 2),
+            "window_s": lease.window_s, "margin_s": engine.fence.margin_s, "lost_reason": lease.lost_reason,
+            "refused_acts": engine.fence.refused}
+
+
 def status_data(engine: Engine) -> dict[str, Any]:
     """The engine's own state and the cluster as last read: never waits on PVE (a reading
     older than ``engine.status_interval`` is renewed in the background)."""
@@ -451,7 +462,7 @@ def status_data(engine: Engine) -> dict[str, Any]:
         if snap is None:                  # the first reading since start: worth a short wait
             snap, age = engine.reading.latest(first_wait_s=FIRST_READING_WAIT_S)
     if snap is not None:
-        cluster = summary(snap)
+        cluster = summary(snap, engine.config.balancing, engine.store.maintenance_nodes())
         cluster.pop("guests", None)
         cluster["age_s"] = round(age or 0.0, 1)
     if engine.reading.error is not None:
@@ -461,7 +472,10 @@ def status_data(engine: Engine) -> dict[str, Any]:
     running = engine.jobs.running()
     return {
         "node": engine.node, "leader": engine.leader, "leader_node": engine.leader_node(),
-        "lease_error": engine.lease.error, "started_at": engine.started_at, "time": time.time(),
+        "lease_error": engine.lease.error, "lease": lease_data(engine), "started_at": engine.started_at,
+        "time": time.time(),
+        "reconcile": {"pending": engine.reconciler.pending,
+                      "last": engine.reconciler.last.line() if engine.reconciler.last else None},
         "config": {"path": str(engine.config_path), "error": engine.config_error,
                    "balancing_enabled": engine.config.balancing.enable,
                    "method": engine.config.balancing.method,

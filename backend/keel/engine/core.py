@@ -27,12 +27,15 @@ from typing import Any, Callable
 
 from keel import authz, config as cfg
 from keel.authz import Principal
+from keel.balance import guestconfig
 from keel.balance.balancer import best_node, make_plan
+from keel.balance.journal import Journal
 from keel.balance.plan import Plan
 from keel.balance.rounds import Rounds
 from keel.engine.jobs import Job, Jobs
-from keel.engine.lease import Lease
+from keel.engine.leadership import Leadership
 from keel.engine.reading import SharedReading
+from keel.engine.reconcile import Reconciler
 from keel.errors import BusyError, InvalidError, KeelError, NotAllowedError, UnavailableError
 from keel.pve import snapshot as snapshots
 from keel.pve.client import PveClient
@@ -45,15 +48,6 @@ RUNNERS_SHARE_S = 30.0    # the leader shares the runners' status this often (sh
 RUNNERS_SHARED_MAX_AGE_S = 600.0   # a follower shows a shared status at most this old
 FRESH_S = 2.0             # a plan may use a reading that started this long before it was asked for
 ACL_MAX_AGE_S = 60.0      # the ACL paths, as keel-web's privilege cache
-
-
-class NotLeaderError(BusyError):
-    """A write that only the leader may do, asked of a follower."""
-
-    def __init__(self, leader: str | None):
-        where = f"{leader} leads" if leader else "no node leads right now"
-        super().__init__(f"this node does not act: {where}; ask the leader's Keel")
-        self.leader = leader
 
 
 class Engine:
@@ -70,9 +64,12 @@ class Engine:
         # a reload never adopts another ``engine:`` section (reload_if_changed).
         es = self.engine_settings = self.config.engine
         self.node = es.node_name
-        self.lease = Lease(es.lock, es.lock_expiry_s, self.node, clock=clock)
+        self.leadership = Leadership(es, self.node, clock, on_taken=self._on_taken, on_lost=self._on_lost)
+        self.lease, self.fence = self.leadership.lease, self.leadership.fence
         self.store = Store(es.store, shared_dir=es.shared_dir)
         self.client = self._client()
+        self.reconciler = Reconciler(lambda: self.client, self.store, self.node, es.shared_dir,
+                                     leads=self.lease.held, clock=clock, poll_s=poll_s)
         self.jobs = Jobs()
         self.errors: deque[dict[str, Any]] = deque(maxlen=20)
         self.last_round: dict[str, Any] | None = None
@@ -80,7 +77,7 @@ class Engine:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._execute = threading.Lock()          # one execution (job or round) at a time
-        self._lost = threading.Event()            # set when leadership is lost
+        self._lost = self.leadership.lost_event   # set while this node does not lead
         self._threads: list[threading.Thread] = []
         self.reading = SharedReading(self._read_cluster, "cluster")
         self.acl = SharedReading(self._read_acl_paths, "acl")
@@ -99,6 +96,7 @@ class Engine:
             thread.start()
             self._threads.append(thread)
         self.reading.refresh(0)                   # the first reading, for status
+        self._reconcile(shared=False)             # what this node's last run left unfinished
         log.info("engine started on %s (config %s)", self.node, self.config_path)
 
     def stop(self) -> None:
@@ -110,27 +108,19 @@ class Engine:
             thread.join(timeout=30)
         self.jobs.join(timeout=30)
         self._stop_runners()
-        self.lease.release()
+        self.leadership.release()
         self.client.close()
         log.info("engine stopped")
 
     @property
     def leader(self) -> bool:
-        return self.lease.held
+        return self.leadership.leader
 
     def leader_node(self) -> str | None:
-        if self.leader:
-            return self.node
-        try:
-            import json
-            data = json.loads((Path(self.config.engine.shared_dir) / "leader.json").read_text())
-            return data.get("node")
-        except (OSError, ValueError):
-            return self.lease.holder()
+        return self.leadership.leader_node()
 
     def require_leader(self) -> None:
-        if not self.leader:
-            raise NotLeaderError(self.leader_node())
+        self.leadership.require()
 
     # -- config -------------------------------------------------------------------------------
 
@@ -191,35 +181,40 @@ class Engine:
         return config
 
     def _client(self) -> PveClient:
-        return PveClient(cfg.target_from(self.config.proxmox, self.environ))
+        strict = self.config.engine.open_secret_files == "refuse"
+        return PveClient(cfg.target_from(self.config.proxmox, self.environ, strict=strict), fence=self.fence.check)
 
     # -- the loops ----------------------------------------------------------------------------
 
     def _lease_loop(self) -> None:
         while not self._stop.is_set():
-            was = self.leader
-            now = self.lease.tick()
-            if now and not was:
-                self._lost.clear()
-                self._announce()
-            elif was and not now:
-                self._lost.set()
-                self._stop_runners()
-            if now:
+            renewing = time.monotonic()
+            if self.leadership.tick():
                 self._start_runners()
                 self._share_runners_status()
             self.reload_if_changed()
-            self._stop.wait(self.config.engine.lock_renew_s)
+            # the next renewal is due lock_renew after this one started, whatever the rest took
+            self._stop.wait(max(0.0, self.config.engine.lock_renew_s - (time.monotonic() - renewing)))
 
-    def _announce(self) -> None:
-        import json
-        path = Path(self.config.engine.shared_dir) / "leader.json"
-        try:
-            atomic_write(path, json.dumps({"node": self.node, "since": self.clock()}) + "\n")
-        except KeelError as err:
-            log.warning("cannot record the leader in %s: %s", path, err)
-        log.info("%s leads", self.node)
+    def _on_taken(self) -> None:
+        self._reconcile(shared=True)              # what the last leader left unfinished
         self._wake.set()
+
+    def _on_lost(self, reason: str) -> None:
+        for job in self.jobs.recent():
+            job.cancel(f"this node lost the leader lease ({reason})")
+        # not on the caller's thread: a fenced act of the runners themselves may have noticed
+        threading.Thread(target=self._stop_runners, name="keel-runners-stop", daemon=True).start()
+
+    def _reconcile(self, shared: bool) -> None:
+        def run() -> None:
+            try:
+                if self.reconciler.run(shared, self._stop):
+                    self._wake.set()              # a round may plan again with the outcomes known
+            except Exception as err:              # said in status; the next start tries again
+                self._error("reconcile", f"{err}")
+                log.exception("reconciling unfinished jobs failed")
+        threading.Thread(target=run, name="keel-reconcile", daemon=True).start()
 
     def _balancer_loop(self) -> None:
         while not self._stop.is_set():
@@ -243,7 +238,8 @@ class Engine:
             return None                        # an apply job is running: it is the round
         try:
             rounds = Rounds(self.client, settings, self.store, requested_by="keel engine (balancing.enable)",
-                            clock=self.clock, poll_s=self.poll_s, cancel=self._lost)
+                            clock=self.clock, poll_s=self.poll_s, cancel=self._lost, journal=self._journal,
+                            abandon=self._stop)
             result = rounds.round(apply=settings.enable and self.leader)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
             if result.snapshot is not None:
@@ -266,7 +262,7 @@ class Engine:
             from keel.runners.service import RunnerService
             try:
                 service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock,
-                                        shared_dir=self.config.engine.shared_dir)
+                                        fence=self.fence.check, shared_dir=self.config.engine.shared_dir)
             except KeelError as err:              # a secret file missing: said, retried, never fatal
                 self.runners_error = str(err)
                 self._runners_retry_at = self.clock() + 30.0
@@ -287,8 +283,11 @@ class Engine:
                 return
             service, stop, thread = self.runners
             stop.set()
-            thread.join(timeout=60)
-            service.close()
+            thread.join(timeout=90)
+            if thread.is_alive():             # its files stay open rather than closed under it
+                log.warning("the runners did not stop within 90 s; their thread is left to end")
+            else:
+                service.close()
             self.runners = None
 
     def restart_runners(self) -> None:
@@ -400,7 +399,8 @@ class Engine:
         snap = self.snapshot(max_age_s=FRESH_S)
         samples = self.store.samples(now - settings.window_s) or None
         return make_plan(snap, settings, self.store.history(now), now, samples, method=method,
-                         may_move=self._movable(principal, snap))
+                         may_move=self._movable(principal, snap), oneshot=True,
+                         configs=guestconfig.Reader(self.client, self.clock))
 
     def _movable(self, principal: Principal | None, snap: Any) -> Callable[[Any], bool] | None:
         if principal is None or principal.is_root:
@@ -447,7 +447,8 @@ class Engine:
                             f"is emptied after it")
         settings = self.config.balancing
         evacuation = replace(settings, limits=replace(settings.limits, moves=0))
-        plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock())
+        plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock(),
+                         configs=guestconfig.Reader(self.client, self.clock))
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
         plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
         return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
@@ -472,20 +473,19 @@ class Engine:
                                         f"{job.requested_by}; stopping it needs Sys.Modify on /")
         job.cancel(principal.who())
 
+    def _journal(self) -> Journal:
+        """Where an execution writes what it plans and does: this node's store, and pmxcfs
+        while this engine leads (``keel.balance.journal``)."""
+        return Journal(self.store, self.engine_settings.shared_dir, self.node, may_share=self.lease.held,
+                       clock=self.clock)
+
     def _run_plan(self, job: Job) -> None:
         from keel.balance.executor import Executor
         executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
-                            on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s)
-        stop_on_loss = threading.Thread(target=self._cancel_on_loss, args=(job,), daemon=True)
-        stop_on_loss.start()
-        job.execution = executor.run(job.plan)
+                            on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s,
+                            journal=self._journal(), abandon=self._stop, cancel_reason=lambda: job.cancelled_by)
+        job.execution = executor.run(job.plan, job_id=job.id, kind=job.kind)
         self._wake.set()
-
-    def _cancel_on_loss(self, job: Job) -> None:
-        while not job.done.is_set():
-            if self._lost.wait(0.5):
-                job.cancel("this node lost the leader lease")
-                return
 
     def _error(self, where: str, message: str) -> None:
         self.errors.append({"time": self.clock(), "where": where, "message": message})

@@ -65,7 +65,7 @@ class Job:
         with self._lock:
             events = list(self.events[max(0, since):])
             count = len(self.events)
-            completed = sum(1 for e in self.events if e.get("event") in ("done", "failed"))
+            completed = sum(1 for e in self.events if e.get("event") in ("done", "failed", "not_started"))
             succeeded = sum(1 for e in self.events if e.get("event") == "done")
         return {
             "id": self.id, "kind": self.kind, "state": self.state, "requested_by": self.requested_by,

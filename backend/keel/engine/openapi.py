@@ -63,7 +63,7 @@ SPEC: dict[str, Any] = {
         "/api/maintenance/{node}": {"post": _op(
             "Enter (and empty) or leave maintenance (leader only)", "200", "MaintenanceRequest",
             params=[_q("node", {"type": "string"}, where="path")], errors=("400", "404", "409", "503"))},
-        "/api/history": {"get": _op("Moves and decisions", params=[_q("limit", {"type": "integer", "minimum": 1,
+        "/api/history": {"get": _op("Moves, decisions and jobs", params=[_q("limit", {"type": "integer", "minimum": 1,
                                                                                 "maximum": 1000})])},
         "/api/best-node": {"get": _op("The node Keel would pick for a new guest", params=[
             _q("cores", {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 1024}, True),

@@ -14,6 +14,7 @@ use, so that several can run side by side on one machine (tests do).
       node: pve1                          # this node's name (default: the host name)
       status_interval: 30s                # followers: how old a cluster reading may be
       secrets_dir: /etc/pve/priv/keel     # where the web UI's secrets are written (0600)
+      open_secret_files: refuse           # a PVE token or password file others may read: refuse | warn
     web:
       listen: 0.0.0.0:8443
       cert: /etc/pve/local/pveproxy-ssl.pem   # default: this, else pve-ssl.pem
@@ -34,6 +35,7 @@ from keel.validate import Reader
 
 PVE_LOCAL = Path("/etc/pve/local")
 METRICS_ACCESS = ("auth", "open", "off")
+OPEN_SECRET_FILES = ("refuse", "warn")
 
 
 def _hostname() -> str:
@@ -52,6 +54,7 @@ class EngineSettings:
     node: str = ""
     status_interval_s: float = 30.0
     secrets_dir: str = "/etc/pve/priv/keel"
+    open_secret_files: str = "refuse"    # PVE's token or password file readable by others: refuse | warn
 
     @property
     def node_name(self) -> str:
@@ -95,7 +98,8 @@ def read_engine(r: Reader) -> EngineSettings:
         store=r.get("store", str, d.store), lock=r.get("lock", str, d.lock),
         lock_expiry_s=expiry, lock_renew_s=renew, shared_dir=r.get("shared_dir", str, d.shared_dir),
         node=r.get("node", str, d.node), status_interval_s=r.duration("status_interval", d.status_interval_s),
-        secrets_dir=r.get("secrets_dir", str, d.secrets_dir))
+        secrets_dir=r.get("secrets_dir", str, d.secrets_dir),
+        open_secret_files=r.choice("open_secret_files", OPEN_SECRET_FILES, d.open_secret_files))
     r.done()
     return settings
 

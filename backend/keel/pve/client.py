@@ -15,6 +15,8 @@ can hold the snapshot to its budget.
 from __future__ import annotations
 
 import logging
+import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,16 +56,22 @@ class Target:
     password: str | None = field(default=None, repr=False)
     verify: bool | str = True           # True, False, or a CA bundle file
     timeout_s: float = DEFAULT_TIMEOUT_S
+    origin: str = ""                    # where the token came from, for errors ("KEEL_PVE_TOKEN")
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> "Target":
         """``https://host:8006`` (or ``host``, ``host:port``) → Target."""
+        given = url
         if "//" not in url:
             url = "https://" + url
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as err:          # "Port out of range", "Invalid IPv6 URL"
+            raise InvalidError(f"PVE URL must look like https://host:8006, got {given!r} ({err})") from None
         if parts.scheme != "https" or not parts.hostname:
-            raise InvalidError(f"PVE URL must look like https://host:8006, got {url!r}")
-        return cls(parts.hostname, parts.port or DEFAULT_PORT, **kwargs)
+            raise InvalidError(f"PVE URL must look like https://host:8006, got {given!r}")
+        return cls(parts.hostname, port or DEFAULT_PORT, **kwargs)
 
     @property
     def url(self) -> str:
@@ -76,25 +84,31 @@ class Target:
             return f"{self.user}!{self.token_name}"
         return self.user or "?"
 
-    def with_token(self, token: str) -> "Target":
-        """``user@realm!name=secret`` (as PVE shows it once) → a Target using that token."""
+    def with_token(self, token: str, origin: str = "") -> "Target":
+        """``user@realm!name=secret`` (as PVE shows it once) → a Target using that token;
+        ``origin`` says where it came from (``KEEL_PVE_TOKEN``, ``proxmox.token_file FILE``)."""
         if "!" not in token or "=" not in token:
-            raise InvalidError("an API token must look like user@realm!name=secret")
+            raise InvalidError(f"an API token must look like user@realm!name=secret"
+                               f"{f' (the one from {origin} does not)' if origin else ''}")
         ident, secret = token.split("=", 1)
         user, name = ident.split("!", 1)
-        return Target(self.host, self.port, user, name, secret, None, self.verify, self.timeout_s)
+        return Target(self.host, self.port, user, name, secret, None, self.verify, self.timeout_s, origin)
 
 
 class PveClient:
     """Calls on one PVE API endpoint; see the module docstring."""
 
     def __init__(self, target: Target, sleep: Callable[[float], None] = time.sleep,
-                 retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S):
+                 retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
+                 fence: Callable[[str], None] | None = None):
         if not target.user:
             raise InvalidError("no PVE user given (user@realm, or a token user@realm!name)")
         if not (target.token_name and target.token_secret) and target.password is None:
             raise InvalidError(f"no credentials for {target.user}: give an API token or a password")
         self.target = target
+        # Called before every call that may change the cluster (anything but GET); raises
+        # to stop it.  keel-engine's leader lease (engine.lease.Fence): only the leader acts.
+        self.fence = fence
         self.calls = 0
         self._sleep = sleep
         self._retry_delays = retry_delays_s
@@ -120,6 +134,9 @@ class PveClient:
         session = getattr(self._api, "_store", {}).get("session")
         if session is not None:
             session.hooks["response"].append(self._remember_errors)
+            session.mount("https://", _Adapter(fence, target.timeout_s))
+        elif fence is not None:
+            raise AssertionError("proxmoxer keeps no session here: the fence cannot be put in place")
 
     def close(self) -> None:
         """Close the kept-alive connections."""
@@ -166,6 +183,8 @@ class PveClient:
                 return getattr(resource, method.lower())(**params)
             except ResourceException as err:
                 error = _map_resource_error(method, path, err, getattr(self._seen, "errors", None))
+                if err.status_code == 401 and self.target.token_name:
+                    error = AuthError(_token_refused(self.target))
             except requests.exceptions.SSLError as err:
                 raise UnavailableError(_tls_message(self.target, err)) from None
             except requests.exceptions.RequestException as err:
@@ -179,6 +198,28 @@ class PveClient:
             log.warning("%s %s failed (%s); retrying in %.1fs", method, path, error, delay)
             self._sleep(delay)
         raise AssertionError("unreachable")
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """Every request Keel sends to PVE goes out here.  It checks the fence as late as it can
+    be checked, after proxmoxer and requests have built the request, so that a process that
+    stalls between the check and the socket has the least time to do so (docs/service.md,
+    "What the fence cannot do").  And it gives every request the client's timeout:
+    proxmoxer 1.2 (Debian 12) applies its ``timeout`` to the login only, so a call to a
+    PVE that stopped answering would wait for ever."""
+
+    def __init__(self, fence: Callable[[str], None] | None, timeout_s: float):
+        super().__init__()
+        self.fence = fence
+        self.timeout_s = timeout_s
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
+        if request.method != "GET" and self.fence is not None:
+            path = urlsplit(request.url or "").path
+            self.fence(f"{request.method} {path.removeprefix('/api2/json')}")
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self.timeout_s
+        return super().send(request, *args, **kwargs)
 
 
 def _wire(value: Any) -> Any:
@@ -200,9 +241,37 @@ def _short(err: Exception) -> str:
 
 
 def _tls_message(target: Target, err: Exception) -> str:
-    return (f"TLS verification of {target.url} failed ({_short(err)}); give the cluster's CA "
-            f"file (ca_file, usually /etc/pve/pve-root-ca.pem) or, for a test cluster only, "
-            f"turn verification off")
+    return (f"TLS verification of {target.url} failed ({_tls_reason(err)}): give the cluster's CA "
+            f"certificate (--ca-file, KEEL_PVE_CA_FILE or proxmox.ca_file; on a node "
+            f"/etc/pve/pve-root-ca.pem) or, for a test cluster only, turn verification off "
+            f"(--insecure, KEEL_PVE_INSECURE=1 or proxmox.verify_tls: false)")
+
+
+def _tls_reason(err: BaseException) -> str:
+    """What OpenSSL said, whole ("certificate verify failed: self-signed certificate"), from
+    the chain requests and urllib3 wrap it in."""
+    seen: list[BaseException] = []
+    todo: list[object] = [err]
+    while todo:
+        item = todo.pop(0)
+        if not isinstance(item, BaseException) or item in seen:
+            continue
+        seen.append(item)
+        if isinstance(item, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {item.verify_message}" if item.verify_message \
+                else "certificate verify failed"
+        if isinstance(item, ssl.SSLError) and item.reason:
+            return str(item.reason).replace("_", " ").lower()
+        todo += [*item.args, getattr(item, "reason", None), item.__cause__, item.__context__]
+    found = re.search(r"\[SSL: [A-Z_]+\] ([^()'\"]+)", str(err))
+    return found.group(1).strip() if found else type(err).__name__
+
+
+def _token_refused(target: Target) -> str:
+    origin = f" (from {target.origin})" if target.origin else ""
+    return (f"PVE at {target.url} refused the API token {target.who}{origin}: check that the token "
+            f"exists (`pveum user token list {target.user}`) and that its secret is the one PVE showed "
+            f"when it was made; `keel setup` makes a new one")
 
 
 def _map_resource_error(method: str, path: str, err: ResourceException,

@@ -104,6 +104,9 @@ class GitHubClient:
         self.trouble_since: float | None = None               # no answer, or 5xx, since
         self.trouble: str | None = None
         self.rate_limit: dict[str, int] = {}                   # resource -> x-ratelimit-remaining
+        # keel-engine's leader fence (engine.lease.Fence), called before each write that acts
+        # for the leader: registrations, JIT configs, jobs, sessions; None: always allowed.
+        self.fence: Callable[[str], None] | None = None
 
     def __repr__(self) -> str:
         return f"GitHubClient({self.settings.url!r})"
@@ -223,6 +226,8 @@ class GitHubClient:
     def get_message(self, session: Session, last_id: int, capacity: int) -> dict[str, Any] | None:
         """The next message (the long poll), or None when GitHub had none (202).  A session
         whose queue token expired is refreshed in place, and the poll made once more."""
+        if self.fence is not None:      # polling with a last id acknowledges: only the leader may
+            self.fence("GitHub message poll")
         for attempt in (1, 2):
             url = session.queue_url + (f"?lastMessageId={last_id}" if last_id else "")
             response = self._send("service", "GET", url, expect=(200, 202, 401), timeout=POLL_TIMEOUT_S,
@@ -325,10 +330,12 @@ class GitHubClient:
         if now < until:
             raise RateLimited(f"GitHub asked Keel to wait; no calls until {until - now:.0f} s from now",
                               until)
+        path = urlsplit(url).path
+        if method != "GET" and self.fence is not None and not _unfenced(method, path):
+            self.fence(f"GitHub {method} {path}")
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = requests.Session()
-        path = urlsplit(url).path
         all_headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION,
                        "User-Agent": "keel-runners", **headers}
         if body is not None:
@@ -424,3 +431,10 @@ def _epoch(text: str | None, default: float) -> float:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return default
+
+
+def _unfenced(method: str, path: str) -> bool:
+    """Writes that act for nobody: getting a token, and ending our own message session
+    (a stopped leader hands the scale set over sooner)."""
+    return (path.endswith(("/access_tokens", "/registration-token", "/runner-registration"))
+            or (method == "DELETE" and "/sessions/" in path))

@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from keel.errors import InvalidError, KeelError, NotFoundError
+from keel.errors import FencedError, InvalidError, KeelError, NotFoundError
 from keel.pve.client import PveClient
 from keel.runners import fleet, scaling, status as status_view, webhooks
 from keel.runners.demand import apply_message, apply_webhook, matches
@@ -61,8 +61,9 @@ IN_FLIGHT_STEP_S = 0.25        # while stopping: runners in flight stepped this 
 class RunnerService(Fleet):
     def __init__(self, settings: RunnersSettings, pve_client: PveClient | None, store_path: Any,
                  clock: Callable[[], float] = time.time, owner: str | None = None,
-                 shared_dir: Any = None, clock_rate: float = 1.0):
-        super().__init__(settings, pve_client, store_path, clock, owner, shared_dir)
+                 fence: Callable[[str], None] | None = None, shared_dir: Any = None,
+                 clock_rate: float = 1.0):
+        super().__init__(settings, pve_client, store_path, clock, owner, shared_dir, fence)
         self.lock = threading.RLock()
         self.clock_rate = clock_rate
         self.deliveries = webhooks.Deliveries()
@@ -331,7 +332,17 @@ class RunnerService(Fleet):
     # -- loop helpers --------------------------------------------------------------------------------
 
     def _settle(self, stop: threading.Event) -> None:
-        """Carry runners being created or removed to a resting point; create nothing new."""
+        """Carry runners being created or removed to a resting point; create nothing new.
+        Not when this engine stopped leading: then nothing may be done, and the next leader
+        adopts them as they are."""
+        try:
+            if self.fence is not None:
+                self.fence("carrying runners in flight to rest")
+        except FencedError:
+            log.info("not the leader: runners in flight are left as they are for the next leader")
+            with self.lock:
+                self._snapshot(save=True)
+            return
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline:
             with self.lock:

@@ -46,14 +46,16 @@ SESSION_KEY = "session:"          # the store's record of the session Keel holds
 class Fleet:
     def __init__(self, settings: RunnersSettings, pve_client: PveClient | None, store_path: Any,
                  clock: Callable[[], float] = time.time, owner: str | None = None,
-                 shared_dir: Any = None):
+                 shared_dir: Any = None, fence: Callable[[str], None] | None = None):
         self.settings = settings
+        self.fence = fence                # the engine's leader fence: every write checks it first
         self.clock = clock
         self.installation = settings.installation_id
         self.owner = owner or f"keel@{socket.gethostname()}"
         self.shared_dir = shared_dir
         self.store = RunnerStore(store_path, settings.events_max_count, settings.events_max_age_s)
         self.github = GitHubClient(settings.github, clock)
+        self.github.fence = fence
         self.providers = {p.name: ProxmoxProvider(p, self._connector(p, pve_client))
                           for p in settings.providers}
         self.placement = Placement(settings.reconcile_interval_s)
@@ -96,7 +98,7 @@ class Fleet:
             secret = read_secret(str(settings.token_secret_path), f"API token secret of {settings.name}")
             verify: bool | str = settings.ca_file or settings.verify_tls
             target = Target.from_url(settings.url, verify=verify, timeout_s=settings.timeout_s)
-            return PveClient(target.with_token(f"{settings.token_id}={secret}"))
+            return PveClient(target.with_token(f"{settings.token_id}={secret}"), fence=self.fence)
         return connect
 
     # -- runners ------------------------------------------------------------------------------

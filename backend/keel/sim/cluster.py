@@ -14,6 +14,7 @@ import itertools
 import random
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -327,7 +328,7 @@ class Cluster:
 
     def log_request(self, method: str, path: str, user: str | None, status: int,
                     params: dict[str, Any] | None = None) -> None:
-        entry = {"seq": next(self.request_seq), "time": self.t, "method": method,
+        entry = {"seq": next(self.request_seq), "time": self.t, "wall": round(time.time(), 3), "method": method,
                  "path": path, "user": user, "status": status}
         if params:
             entry["params"] = params

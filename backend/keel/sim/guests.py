@@ -143,6 +143,15 @@ class SimGuest:
         return 0.0  # the node's threads; the caller fills that in
 
     @property
+    def vcpus(self) -> int:
+        """sockets × cores: the vCPUs a VM starts with at most (qemu-server's maxcpus)."""
+        return int(self.config.get("sockets", 1)) * int(self.config.get("cores", 1))
+
+    @property
+    def cpu_type(self) -> str:
+        return str(self.config.get("cpu", "")).split(",", 1)[0].replace("cputype=", "")
+
+    @property
     def maxmem(self) -> int:
         value = str(self.config.get("memory", "512"))
         if "=" in value or "," in value:
@@ -223,6 +232,8 @@ def config_from_spec(spec: sc.Guest) -> dict[str, Any]:
         }
         if spec.agent:
             config["agent"] = "1"
+        if spec.cpu_type:
+            config["cpu"] = spec.cpu_type
     else:
         config = {
             "hostname": spec.name, "cores": spec.cores, "memory": spec.memory // MiB,

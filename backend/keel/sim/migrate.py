@@ -214,6 +214,10 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
         cluster.schedule(t0 + 3.0, lambda: _stop(cluster, guest) if task.running else None)
         t += 3.0
     if live:
+        refused = _target_start_error(cluster, guest, target)
+        if refused:
+            cluster.schedule(t, lambda: end("problems", refused))
+            return task
         free = cluster.nodes[target].spec.memory - cluster.node_usage(target)[1]
         if mem_used > free:
             cluster.schedule(t, lambda: end("problems", "failed to start VM on target node: kvm: "
@@ -257,6 +261,20 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
         cluster.schedule(t - 0.01, start_on_target)
     cluster.schedule(t, lambda: end("ok"))
     return task
+
+
+def _target_start_error(cluster: Cluster, guest: SimGuest, target: str) -> str:
+    """Why the VM cannot start on the target for a live migration ("" if it can):
+    qemu-server's config_to_command refuses more vCPUs than the node has threads, and a
+    VM with CPU type ``host`` cannot take its CPU state to a node of another CPU model."""
+    spec = cluster.nodes[target].spec
+    if guest.vcpus > spec.cpus:
+        return f"failed to start VM on target node: MAX {spec.cpus} vcpus allowed per VM on this node"
+    source = cluster.nodes[guest.node].spec
+    if guest.cpu_type in ("host", "max") and source.cpu_model != spec.cpu_model:
+        return ("load of migration failed: Invalid argument (error while loading state for "
+                "instance 0x0 of device 'cpu': the target's CPU model is not the source's)")
+    return ""
 
 
 def _stop(cluster: Cluster, guest: SimGuest) -> None:

@@ -266,7 +266,8 @@ def _faults(r: Reader, problems: Problems) -> Faults:
             path=e.get("path", str), method=e.get("method", str, None),
             error_rate=e.number("error_rate", 0.0, 0, 1), status=e.integer("status", 500, 400, 599),
             message=e.get("message", str, "simulated failure"),
-            latency_s=e.duration("latency", 0.0) or 0.0, count=e.integer("count", None, 0)))
+            latency_s=e.duration("latency", 0.0) or 0.0,
+            reply_latency_s=e.duration("reply_latency", 0.0) or 0.0, count=e.integer("count", None, 0)))
         e.done()
     for path, item in r.items("migrations"):
         m = Reader(item, path, problems)

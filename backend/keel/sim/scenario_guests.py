@@ -79,7 +79,10 @@ def read_guest(r: Reader, problems: Problems, default_storage: str, profiles: di
         agent=r.get("agent", bool, kind == "qemu"), profile=profile, ha=_ha(r),
         protection=r.get("protection", bool, False), boot_s=r.duration("boot", 20.0) or 0.0,
         description=r.get("description", str, ""), lock=r.get("lock", str, None),
+        cpu_type=r.get("cpu_type", str, ""),
     )
+    if guest.cpu_type and guest.type != "qemu":
+        problems.add(r.sub("cpu_type"), "only a VM has a CPU type")
     if guest.template and guest.status == "running":
         problems.add(r.sub("status"), "a template cannot be running")
     r.done()

@@ -78,6 +78,7 @@ class Guest:
     boot_s: float
     description: str
     lock: str | None
+    cpu_type: str = ""              # the config's ``cpu`` (host, x86-64-v2-AES, ...); "" = none
 
 
 @dataclass
@@ -164,6 +165,7 @@ class EndpointFault:
     status: int = 500
     message: str = "simulated failure"
     latency_s: float = 0.0
+    reply_latency_s: float = 0.0    # the request is carried out, then its answer held back this long
     count: int | None = None        # fail this many times, then stop (None: forever)
 
 

@@ -66,7 +66,7 @@ class SimApp:
     def api(self, request: Request, path: str, fmt: str) -> Response:
         cluster = self.cluster
         method = request.method.upper()
-        delay = self._latency(method, path)
+        delay, reply_delay = self._latency(method, path)
         if delay:
             time.sleep(delay)
         auth: Auth | None = None
@@ -104,6 +104,8 @@ class SimApp:
                 status = 500
                 error = ApiError(500, "internal error in keel sim (see its log)")
             cluster.log_request(method, path, auth.name if auth else None, status, logged)
+        if reply_delay:
+            time.sleep(reply_delay)         # done already: a client that gives up meanwhile never hears
         if status == 401 and cluster.auth_delay_s:
             time.sleep(cluster.auth_delay_s)
         if status != 200:
@@ -170,11 +172,12 @@ class SimApp:
         if not cluster.nodes[node].online:
             raise ApiError(595, "No route to host")
 
-    def _latency(self, method: str, path: str) -> float:
+    def _latency(self, method: str, path: str) -> tuple[float, float]:
+        """How long to wait before handling the request, and before answering it."""
         with self.cluster.lock:
-            delays = [f.latency_s for f in self.cluster.endpoint_faults
-                      if f.latency_s and _fault_matches(f, method, path)]
-        return max(delays, default=0.0)
+            matching = [f for f in self.cluster.endpoint_faults if _fault_matches(f, method, path)]
+        return (max((f.latency_s for f in matching), default=0.0),
+                max((f.reply_latency_s for f in matching), default=0.0))
 
     def _inject_fault(self, method: str, path: str) -> None:
         cluster = self.cluster

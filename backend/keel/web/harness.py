@@ -6,7 +6,7 @@ exactly as it does inside the Proxmox VE UI.
 
     /harness/             the page (www/index.html) and its stand-ins (www/*.js, *.css)
     /harness/ext/...      ExtJS 6.2 GPL from npm (www/node_modules/extjs-gpl/build)
-    /harness/fa/...       Font Awesome 4.7 from Debian's fonts-font-awesome
+    /harness/fa/...       Font Awesome 4.7 from Debian's fonts-font-awesome (or www/node_modules/font-awesome)
     /harness/keel/...     the built plugin (build/pve-ui/keel.js, keel.css)
     POST /harness/login   {"username", "password"} -> ticket, CSRF token and GuiCap
 """
@@ -37,12 +37,16 @@ class Harness:
         """``DIR`` is the repository's www/; the plugin defaults to ../build/pve-ui beside it.
         Everything it needs must be there: refused with what is missing and how to get it."""
         www = Path(directory).resolve()
+        fontawesome = FONT_AWESOME
+        if not (fontawesome / "css").exists() and (www / "node_modules" / "font-awesome" / "css").exists():
+            fontawesome = www / "node_modules" / "font-awesome"
         harness = cls(www=www, plugin=Path(plugin).resolve() if plugin else www.parent / "build" / "pve-ui",
-                      extjs=www / "node_modules" / "extjs-gpl" / "build")
+                      extjs=www / "node_modules" / "extjs-gpl" / "build", fontawesome=fontawesome)
+        fetch = "run `make extjs` (fetches what www/package-lock.json pins from the npm registry; no node needed)"
         missing = [(harness.www / "index.html", "the harness page: --harness takes the repository's www/"),
-                   (harness.extjs / "ext-all.js", "ExtJS: run `npm ci` in www/ (make test does)"),
+                   (harness.extjs / "ext-all.js", f"ExtJS: {fetch}"),
                    (harness.fontawesome / "css" / "font-awesome.min.css",
-                    "Font Awesome: apt-get install fonts-font-awesome"),
+                    f"Font Awesome: apt-get install fonts-font-awesome, or {fetch}"),
                    (harness.plugin / "keel.js", "the plugin: run `make ui`")]
         for path, fix in missing:
             if not path.exists():

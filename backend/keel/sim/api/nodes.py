@@ -53,6 +53,14 @@ def version(call: Call) -> dict[str, Any]:
             "repoid": cluster.repoid}
 
 
+@route("GET", "/nodes/{node}/time")
+def node_time(call: Call) -> dict[str, Any]:
+    """The node's clock (the simulated one): what a client compares task start times with."""
+    _node(call)
+    now = int(call.cluster.t)
+    return {"time": now, "localtime": now, "timezone": "UTC"}
+
+
 @route("GET", "/nodes/{node}/rrddata")
 def rrddata(call: Call) -> list[dict[str, Any]]:
     name = _node(call)
