@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/streaming.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
+	$(PY) tests/bench/runners_load.py || status=1; \
 	exit $$status
 
 # The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +21,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from keel.runners.record import Runner, description
 from keel.runners.service import RunnerService
 from keel.runners.settings import parse
 
@@ -216,6 +219,79 @@ def make_kit(sim_factory: Any, tmp_path: Path, scale_sets: list[dict], scenario_
     return Kit(sim, settings, clock, store, service)
 
 
+class LiveClock:
+    """The simulator's time, read locally: its clock runs at ``factor`` times real time from
+    ``start`` (the simulated time when it was set going)."""
+
+    def __init__(self, start: float, factor: float):
+        self.start, self.factor, self.m0 = start, factor, time.monotonic()
+
+    def __call__(self) -> float:
+        return self.start + self.factor * (time.monotonic() - self.m0)
+
+
+@dataclass
+class LiveKit:
+    """A simulator whose clock runs (``factor`` × real time) and a ``RunnerService`` running
+    its own loop (``run``) in a thread, as ``keel runners run`` and the engine run it: no
+    test helper steps its passes."""
+
+    sim: Any
+    settings: Any
+    clock: LiveClock
+    service: RunnerService
+    stop: threading.Event
+    thread: threading.Thread
+
+    def gh(self, method: str, path: str, body: dict | None = None) -> Any:
+        response = requests.request(method, f"{self.sim.url}/_github/{path}", json=body,
+                                    verify=self.sim.cert, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def sleep_until(self, t: float) -> None:
+        """Until the simulated time ``t``."""
+        time.sleep(max(0.0, (t - self.clock()) / self.clock.factor))
+
+    def wait(self, what: Any, timeout_s: float = 60.0, every_s: float = 0.05) -> Any:
+        """``what()`` until it is true (simulated seconds of timeout); its value."""
+        deadline = self.clock() + timeout_s
+        while True:
+            value = what()
+            if value:
+                return value
+            assert self.clock() < deadline, "it did not happen in time"
+            time.sleep(every_s)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in reversed(self.service.store.events(1000, kind))]
+
+    def clones(self) -> list[dict[str, Any]]:
+        return [r for r in self.sim.requests_log(0)
+                if r["method"] == "POST" and r["path"].endswith("/clone") and r["status"] == 200]
+
+
+@contextlib.contextmanager
+def live_kit(sim: Any, tmp_path: Path, scale_sets: list[dict], factor: float = 5.0,
+             **extra: Any) -> Iterator[LiveKit]:
+    """``LiveKit`` on ``sim`` (started with its clock stopped): the clock is set going at
+    ``factor`` and the service's loop started; both stopped at the end."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    settings = runner_settings(sim, write_private_key(tmp_path / "app.pem"), scale_sets, **extra)
+    start = sim.control("POST", "clock", {"factor": factor})["time"]
+    clock = LiveClock(start, factor)
+    service = RunnerService(settings, sim.client(TOKEN), tmp_path / "keel.db", clock=clock, clock_rate=factor)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True, name="keel-runners-test")
+    thread.start()
+    try:
+        yield LiveKit(sim, settings, clock, service, stop, thread)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        service.close()
+
+
 class SimPool:
     """One simulator process per scenario for a whole test module, put back to its start
     (``POST /_sim/reset``, which rebuilds the fake GitHub too) before each use: half a second
@@ -332,3 +408,49 @@ def runners_stack(tmp: Path, scale_sets: list[dict] | None = None,
             yield RunnersStack(sim, url, client, config, secrets, engine, web)
     finally:
         sim.stop()
+
+
+# -- the seed's "Under load" cluster (tests/integration/test_runners_under_load.py, the bench) ----
+
+UNDER_LOAD_SEED = __import__("yaml").safe_load((Path(__file__).parent / "fixtures" / "rungar" /
+                                                "several-sizes.yaml").read_text())
+SIZES_UNDER_LOAD = {"S": ("rungar-c2-m4", 2, 4), "M": ("rungar-c4-m8", 4, 8), "L": ("rungar-c8-m16", 8, 16)}
+LAYOUT_UNDER_LOAD = {"pve1": "L" + "M" * 2 + "S" * 5, "pve2": "L" + "M" * 3 + "S" * 3, "pve3": "M" * 3 + "S" * 8}
+INSTALLATION_UNDER_LOAD = "under-load"
+SATURDAY_AFTERNOON = "2026-03-07T13:00:00Z"          # 15:00 in Vilnius: no reserve window
+
+
+def under_load_scenario(start_time: str | None = SATURDAY_AFTERNOON) -> dict:
+    """Two large, sixteen small and eight medium jobs running on their runners (160 GiB), the
+    three nodes with 7, 6 and 6 GiB free: the seed's busy afternoon."""
+    installation = parse({**_under_load_settings("https://x/my-org"),
+                          "installation": INSTALLATION_UNDER_LOAD}).installation_id
+    guests = [{"vmid": 150, "name": "dns", "node": "pve1", "memory": "1GiB", "mem_used": 1.0},
+              {"vmid": 151, "name": "ci-cache", "node": "pve2", "memory": "2GiB", "mem_used": 1.0}]
+    runners, jobs = [], []
+    vmid = 200
+    for node, sizes in LAYOUT_UNDER_LOAD.items():
+        for size in sizes:
+            scale_set, cores, gib = SIZES_UNDER_LOAD[size]
+            name = f"{scale_set}-{vmid:08x}"
+            record = Runner(name, scale_set, "pve", runner_id=None, created_at=1772880000.0 - 1200)
+            guests.append({"vmid": vmid, "name": name, "node": node, "cpus": cores, "memory": f"{gib}GiB",
+                           "mem_used": 1.0, "storage": "ceph", "pool": "runners",
+                           "tags": ["keel-runner", f"keel-runner-{installation}"],
+                           "description": description(record, installation)})
+            runners.append({"name": name, "scale_set": scale_set, "vmid": vmid})
+            jobs.append({"repo": "my-org/app", "labels": [scale_set], "duration": "2h", "runner": name})
+            vmid += 1
+    data = scenario(nodes=3, guests=guests, start_time=start_time,
+                    github={"scale_sets": [{"name": s} for s, _, _ in SIZES_UNDER_LOAD.values()],
+                            "runners": runners, "jobs": jobs})
+    data["nodes"][2]["overhead_mem"] = "2GiB"
+    return data
+
+
+def _under_load_settings(url: str) -> dict:
+    data = {k: v for k, v in UNDER_LOAD_SEED.items() if k != "version"}
+    data["github"] = {"url": url, "token_path": "/unused"}
+    data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
+                          "runner": {"template": 9000, "pool": "runners"}}]
+    return data

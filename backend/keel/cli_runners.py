@@ -1,10 +1,14 @@
-"""The runners' commands: ``keel runners run|status|events`` and ``keel import-rungar``.
+"""The runners' commands: ``keel runners run|status|events|pause|resume|drain`` and
+``keel import-rungar``.
 
 ``keel.cli`` declares them through ``add_parsers``; each takes the parsed arguments and
 the CLI's ``Env`` and returns an exit status.  Until the engine hosts the runner service,
 ``keel runners run`` runs its loop in the foreground (Ctrl-C stops it cleanly: runners
 being created or removed are carried to a resting point, sessions are closed), and
 ``keel runners status`` reads what that loop last wrote to Keel's database.
+``keel runners pause|resume|drain NAME`` asks the engine when it runs on this node (it
+acts on the leader, or writes the control where the leader reads it), else writes it to
+the database for ``keel runners run``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from keel.errors import ExitStatus, InvalidError
 
@@ -36,6 +41,14 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
     events.add_argument("--limit", type=int, default=50)
     events.add_argument("--kind", help="only this kind (created, removed, refused, adopted, ...)")
     events.add_argument("--json", action="store_true", help="print JSON")
+
+    verbs = {"pause": "no new runners, idle ones go, busy ones finish; GitHub is told there is no room",
+             "resume": "undo pause or drain",
+             "drain": "runners for the jobs it has, then none; GitHub is given no more room"}
+    for verb, text in verbs.items():
+        control = rsub.add_parser(verb, parents=[store], help=f"{verb} a scale set now: {text}")
+        control.add_argument("name", metavar="SCALE_SET")
+        control.add_argument("--config", metavar="FILE", help="Keel's config (to find the engine)")
 
     imp = sub.add_parser("import-rungar", help="convert a Rungar config to Keel's runners: section",
                          description="Print the runners: section of Keel's config equivalent to a "
@@ -58,7 +71,9 @@ def cmd_runners(args: argparse.Namespace, env: Any) -> int:
         return _status(args, env)
     if command == "events":
         return _events(args, env)
-    env.stdout.write("usage: keel runners {run,status,events} ...\n")
+    if command in ("pause", "resume", "drain"):
+        return _control(args, env)
+    env.stdout.write("usage: keel runners {run,status,events,pause,resume,drain} ...\n")
     return ExitStatus.USAGE
 
 
@@ -172,6 +187,41 @@ def _events(args: argparse.Namespace, env: Any) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["t"]))
         who = " ".join(x for x in (e["scale_set"], e["provider"], e["runner"]) if x)
         env.stdout.write(f"{when}  {e['kind']:<20} {who}  {e['detail']}\n")
+    return ExitStatus.OK
+
+
+WHAT_IT_DOES = {"pause": "paused: no new runners; idle ones go, busy ones finish their jobs; GitHub is "
+                         "told it has no room",
+                "resume": "resumed: runners come as jobs do",
+                "drain": "draining: runners for the jobs it has, then none; GitHub is given no more room"}
+
+
+def _control(args: argparse.Namespace, env: Any) -> int:
+    import getpass
+    import os
+
+    from keel.cli_engine import engine_for
+    action, name = args.runners_command, args.name
+    who = f"{getpass.getuser()}@{os.uname().nodename} (keel runners {action})"
+    engine = None if args.store else engine_for(args, env)
+    if engine is not None:
+        answer = engine.call("POST", f"/api/runners/scale-sets/{quote(name, safe='')}/{action}", {})
+        where = "" if answer.get("applied") else \
+            f" (the leader, {answer.get('leader_node') or 'no node yet'}, acts on it within seconds)"
+        env.stdout.write(f"{name}: {WHAT_IT_DOES[action]}{where}\n")
+        return ExitStatus.OK
+    from keel.runners.shared import Shared
+    from keel.runners.store import RunnerStore
+    store = RunnerStore(_store_path(args, env))
+    try:
+        status = store.get("status") or {}
+        known = [s["name"] for s in status.get("scale_sets", [])]
+        if known and name not in known:
+            raise InvalidError(f"no scale set named {name!r} (the scale sets are {', '.join(known)})")
+        Shared(store).set_control(name, action, who, time.time())
+    finally:
+        store.close()
+    env.stdout.write(f"{name}: {WHAT_IT_DOES[action]} (keel runners run on this database acts on it at once)\n")
     return ExitStatus.OK
 
 

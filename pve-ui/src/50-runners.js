@@ -1,9 +1,11 @@
 /*
  * Datacenter -> HA -> Runners (PVE.keel.Runners, xtype pveKeelRunners): scale sets with
- * their state in plain words, providers, runner VMs, job wait times, and the settings
- * (GitHub, providers, scale sets) in edit windows; secrets are write-only.
+ * their state in plain words (paused, drained and resumed from here), providers, the jobs
+ * waiting for a runner, runner VMs, job wait times, and the settings (GitHub, providers,
+ * scale sets) in edit windows; secrets are write-only.
  * Calls keel-web: GET /api/runners, /api/runners/waits, /api/runners/settings;
- * PUT /api/runners/settings, POST /api/runners/test (docs/ui.md, docs/runners.md).
+ * PUT /api/runners/settings, POST /api/runners/test,
+ * POST /api/runners/scale-sets/<name>/{pause,resume,drain} (docs/ui.md, docs/runners.md).
  * SPDX-License-Identifier: AGPL-3.0-or-later
  */
 Ext.define('PVE.keel.RunnersUtil', {
@@ -13,7 +15,7 @@ Ext.define('PVE.keel.RunnersUtil', {
     stateHealth: {
         LISTENING: 'good', OK: 'good', STARTING: 'busy', STANDBY: 'off', PAUSED: 'off', DISABLED: 'off',
         'OFF SCHEDULE': 'off', 'HOLDING BACK': 'warning', HELD: 'warning', 'BACKING OFF': 'warning',
-        UNREACHABLE: 'critical',
+        DRAINING: 'busy', 'RATE LIMITED': 'warning', DEGRADED: 'warning', UNREACHABLE: 'critical',
     },
 
     runnerHealth: {
@@ -66,6 +68,33 @@ Ext.define('PVE.keel.RunnersUtil', {
             return value.join(', ');
         }
         return value === undefined || value === null ? '' : String(value);
+    },
+
+    // A template as the config has it (9000, a name, {pve1: 9000, ...}) <-> as typed in one field.
+    templateText: function (value) {
+        if (value && typeof value === 'object') {
+            return Object.keys(value).map(function (node) { return node + '=' + value[node]; }).join(', ');
+        }
+        return value === undefined || value === null ? '' : String(value);
+    },
+
+    templateValue: function (text) {
+        text = String(text || '').trim();
+        if (!text) {
+            return null;
+        }
+        if (/^\d+$/.test(text)) {
+            return parseInt(text, 10);
+        }
+        if (text.indexOf('=') < 0) {
+            return text;
+        }
+        var perNode = {};
+        text.split(/[\s,;]+/).filter(function (x) { return x; }).forEach(function (pair) {
+            var parts = pair.split('=');
+            perNode[parts[0]] = /^\d+$/.test(parts[1] || '') ? parseInt(parts[1], 10) : parts[1];
+        });
+        return perNode;
     },
 
     splitList: function (text) {
@@ -348,8 +377,8 @@ Ext.define('PVE.keel.ProviderEdit', {
               readOnly: me.index !== null, emptyText: 'pve' },
             { xtype: 'textfield', name: 'nodes', fieldLabel: gettext('Nodes'),
               emptyText: gettext('all online nodes') },
-            { xtype: 'numberfield', name: 'runner.template', fieldLabel: gettext('Template VMID'), minValue: 100,
-              allowDecimals: false },
+            { xtype: 'textfield', name: 'runner.template', fieldLabel: gettext('Template'),
+              emptyText: gettext('VMID, a name (a copy per node), or pve1=9000, pve2=9001') },
             { xtype: 'textfield', name: 'runner.pool', fieldLabel: gettext('Pool') },
             { xtype: 'checkbox', name: 'runner.full_clone', fieldLabel: gettext('Full clone'), inputValue: true,
               uncheckedValue: false },
@@ -377,7 +406,8 @@ Ext.define('PVE.keel.ProviderEdit', {
         var p = this.index === null ? { type: 'proxmox' } : (settings.providers || [])[this.index] || {};
         var runner = p.runner || {};
         return {
-            name: p.name, nodes: PVE.keel.RunnersUtil.list(p.nodes), 'runner.template': runner.template,
+            name: p.name, nodes: PVE.keel.RunnersUtil.list(p.nodes),
+            'runner.template': PVE.keel.RunnersUtil.templateText(runner.template),
             'runner.pool': runner.pool, 'runner.full_clone': !!runner.full_clone, 'runner.storage': runner.storage,
             max_runners: p.max_runners, weight: p.weight, disabled: !!p.disabled, url: p.url, token_id: p.token_id,
         };
@@ -388,7 +418,7 @@ Ext.define('PVE.keel.ProviderEdit', {
         if (name === 'token_secret_path') {
             return 'token_secret';
         }
-        return name;
+        return name.indexOf('runner.template.') === 0 ? 'runner.template' : name;
     },
 
     apply: function (settings, values) {
@@ -399,7 +429,7 @@ Ext.define('PVE.keel.ProviderEdit', {
         p.name = values.name;
         p.type = p.type || 'proxmox';
         U.put(p, 'nodes', U.splitList(values.nodes));
-        U.put(runner, 'template', values['runner.template'] === '' ? null : parseInt(values['runner.template'], 10));
+        U.put(runner, 'template', U.templateValue(values['runner.template']));
         U.put(runner, 'pool', values['runner.pool']);
         U.put(runner, 'full_clone', values['runner.full_clone'] ? true : null);
         U.put(runner, 'storage', values['runner.storage']);
@@ -741,10 +771,28 @@ Ext.define('PVE.keel.Runners', {
                 handler: function () { me.removeItem(kind, me.selected(gridId)); },
             }];
         };
+        // Pause, drain, resume a scale set now (kept until resumed; Sys.Modify on /).
+        var controlButtons = [{ xtype: 'tbseparator' }].concat([
+            ['pause', gettext('Pause'), 'fa-pause',
+             gettext('Pause {0}? No new runners: idle ones go, busy ones finish; GitHub is told it has no room.')],
+            ['drain', gettext('Drain'), 'fa-hourglass-end',
+             gettext('Drain {0}? Runners for the jobs it has, then none; GitHub is given no more room.')],
+            ['resume', gettext('Resume'), 'fa-play', null],
+        ].map(function (c) {
+            return {
+                text: c[1], iconCls: 'fa ' + c[2], itemId: 'scaleSet' + c[0], disabled: true,
+                keelNeedsSelection: modify,
+                handler: function () { me.control(me.selected('scaleSets'), c[0], c[3]); },
+            };
+        }));
         var selectionListener = function (kind) {
             return {
                 selectionchange: function (model, selected) {
-                    [kind + 'Edit', kind + 'Remove'].forEach(function (id) {
+                    var ids = [kind + 'Edit', kind + 'Remove'];
+                    if (kind === 'scaleSet') {
+                        ids = ids.concat(['scaleSetpause', 'scaleSetdrain', 'scaleSetresume']);
+                    }
+                    ids.forEach(function (id) {
                         var button = me.down('#' + id);
                         button.setDisabled(!button.keelNeedsSelection || !selected.length);
                     });
@@ -759,10 +807,10 @@ Ext.define('PVE.keel.Runners', {
 
         me.items = [grid({
             title: gettext('Scale sets'), itemId: 'scaleSets', iconCls: 'fa fa-th-large',
-            store: { fields: ['name', 'state', 'details', 'desired', 'alive', 'idle', 'busy', 'max', 'priority'],
-                data: [] },
+            store: { fields: ['name', 'state', 'details', 'desired', 'alive', 'idle', 'busy', 'max', 'waiting',
+                'priority'], data: [] },
             emptyText: gettext('No scale sets'),
-            tbar: editButtons('scaleSet', 'scaleSets'),
+            tbar: editButtons('scaleSet', 'scaleSets').concat(controlButtons),
             listeners: selectionListener('scaleSet'),
             columns: [
                 { text: gettext('Name'), dataIndex: 'name', flex: 1, renderer: Ext.htmlEncode },
@@ -772,6 +820,7 @@ Ext.define('PVE.keel.Runners', {
                 { text: gettext('Idle'), dataIndex: 'idle', width: 70, align: 'right' },
                 { text: gettext('Busy'), dataIndex: 'busy', width: 70, align: 'right' },
                 { text: gettext('Max.'), dataIndex: 'max', width: 70, align: 'right' },
+                { text: gettext('Waiting'), dataIndex: 'waiting', width: 80, align: 'right' },
                 { text: gettext('Priority'), dataIndex: 'priority', width: 80, align: 'right' },
                 { text: gettext('Details'), dataIndex: 'details', flex: 2, cellWrap: true,
                   renderer: function (value) { return Ext.htmlEncode((value || []).join('; ')); } },
@@ -793,6 +842,23 @@ Ext.define('PVE.keel.Runners', {
                 { text: gettext('Cluster'), dataIndex: 'where', flex: 1, renderer: Ext.htmlEncode },
                 { text: gettext('Details'), dataIndex: 'details', flex: 2, cellWrap: true,
                   renderer: function (value) { return Ext.htmlEncode((value || []).join('; ')); } },
+            ],
+        }), grid({
+            title: gettext('Waiting jobs'), itemId: 'queue', iconCls: 'fa fa-hourglass-half',
+            store: { fields: ['job_id', 'scale_set', 'since', 'age_s', 'repo', 'workflow', 'name'], data: [],
+                sorters: ['since'] },
+            emptyText: gettext('No job is waiting for a runner'),
+            maxHeight: 300, scrollable: 'y',
+            columns: [
+                { text: gettext('Scale set'), dataIndex: 'scale_set', width: 160, renderer: Ext.htmlEncode },
+                { text: gettext('Waiting'), dataIndex: 'age_s', width: 100, renderer: R.duration },
+                { text: gettext('Repository'), dataIndex: 'repo', flex: 1, renderer: Ext.htmlEncode },
+                { text: gettext('Workflow'), dataIndex: 'workflow', flex: 1, renderer: Ext.htmlEncode },
+                { text: gettext('Job'), dataIndex: 'name', flex: 1,
+                  renderer: function (value, meta, record) {
+                      return Ext.htmlEncode(value || '') + ' <span class="pmx-hint">' +
+                          Ext.htmlEncode(record.get('job_id')) + '</span>';
+                  } },
             ],
         }), grid({
             title: gettext('Runners'), itemId: 'runners', iconCls: 'fa fa-desktop',
@@ -909,6 +975,29 @@ Ext.define('PVE.keel.Runners', {
         });
     },
 
+    // POST /api/runners/scale-sets/<name>/<action>, after a confirmation for pause and drain.
+    control: function (name, action, question) {
+        var me = this;
+        var go = function () {
+            PVE.keel.Api.request({
+                url: '/api/runners/scale-sets/' + encodeURIComponent(name) + '/' + action, method: 'POST',
+                jsonData: {}, waitMsgTarget: me,
+                success: function () { me.poller.tick(); },        // the new state at once
+                failure: function (error) { PVE.keel.Api.alert(error); },
+            });
+        };
+        if (!question) {
+            go();
+            return;
+        }
+        Ext.Msg.confirm(gettext('Confirm'), Ext.String.format(question, '<b>' + Ext.htmlEncode(name) + '</b>'),
+            function (answer) {
+                if (answer === 'yes') {
+                    go();
+                }
+            });
+    },
+
     removeItem: function (kind, name) {
         var me = this;
         var what = kind === 'provider' ? gettext('provider') : gettext('scale set');
@@ -955,17 +1044,28 @@ Ext.define('PVE.keel.Runners', {
         } else if (!data.active) {
             notice.showWarning(Ext.String.format(gettext('The runners run on the leader, {0}: open the web UI of ' +
                 'that node to see them.'), Ext.htmlEncode(data.leader_node || gettext('no node'))));
+        } else if (data.github_state && data.github_state.state === 'DEGRADED') {
+            notice.showWarning(Ext.String.format(gettext('GitHub is not answering since {0}: no runner is ' +
+                'judged by its silence until it does.'), PVE.keel.Render.timestamp(data.github_state.since)));
         } else if (data.blocked_until) {
-            notice.showWarning(Ext.String.format(gettext('GitHub asked Keel to wait until {0}.'),
-                PVE.keel.Render.timestamp(data.blocked_until)));
+            notice.showWarning(Ext.String.format(gettext('GitHub asked Keel to wait until {0}: no call to it, ' +
+                'and no runner judged, until then.'), PVE.keel.Render.timestamp(data.blocked_until)));
+        } else if ((data.notices || []).length) {
+            notice.showWarning(data.notices.map(Ext.htmlEncode).join('<br>'));
         } else {
             notice.clear();
         }
         where.update(data.github ? '<i class="fa fa-fw fa-github"></i> ' + Ext.htmlEncode(data.github) : '');
         U.merge(me.down('#scaleSets').getStore(), (data.scale_sets || []).map(function (s) {
             return { name: s.name, state: s.state, details: s.details, desired: s.desired, alive: s.alive,
-                idle: s.idle, busy: s.busy, max: s.max, priority: s.priority };
+                idle: s.idle, busy: s.busy, max: s.max, waiting: s.waiting || 0, priority: s.priority };
         }), function (s) { return s.name; });
+        var queue = me.down('#queue');
+        queue.setTitle(gettext('Waiting jobs') + (data.queued ? ' (' + data.queued + ')' : ''));
+        U.merge(queue.getStore(), (data.queue || []).map(function (j) {
+            return { job_id: String(j.job_id), scale_set: j.scale_set, since: j.since, age_s: j.age_s,
+                repo: j.repo, workflow: j.workflow, name: j.name };
+        }), function (j) { return j.job_id; });
         var providerSettings = {};
         ((me.settings || {}).providers || []).forEach(function (p) { providerSettings[p.name] = p; });
         U.merge(me.down('#providers').getStore(), (data.providers || []).map(function (p) {

@@ -220,9 +220,36 @@ def test_an_auditor_reads_but_may_not_change_or_test(stack):
     for method, path, body in (("PUT", "/api/runners/settings", {"settings": {}}),
                                ("POST", "/api/runners/settings/validate", {}),
                                ("PUT", "/api/runners/secrets/github.token", {"value": "ghp_" + "a" * 36}),
-                               ("POST", "/api/runners/test", {})):
+                               ("POST", "/api/runners/test", {}),
+                               ("POST", "/api/runners/scale-sets/keel-c2-m4/pause", {})):
         answer = api(stack, method, path, body, auth=auth, csrf=csrf)
         assert answer.status_code == 403 and "Sys.Modify" in answer.json()["message"], (path, answer.text)
+
+
+def scale_set(stack, name):
+    return next(s for s in api(stack, "GET", "/api/runners/scale-sets").json()["data"] if s["name"] == name)
+
+
+def test_a_scale_set_is_paused_drained_and_resumed_at_run_time(stack):
+    answer = api(stack, "POST", "/api/runners/scale-sets/keel-c8-m16/pause", {})
+    assert answer.status_code == 200, answer.text
+    data = answer.json()["data"]
+    assert data["applied"] and data["scale_set"]["state"] == "PAUSED"
+    assert data["scale_set"]["control"]["by"] == "web:keel@pve!keel" and data["scale_set"]["max"] == 0
+    wait_for(lambda: "paused by web:keel@pve!keel" in (scale_set(stack, "keel-c8-m16")["details"] or [""])[0],
+             timeout=30)          # (a restart of the runners by an earlier test may be under way)
+    wait_for(lambda: [s["capacity"] for s in stack.gh("GET", "state")["scale_sets"]
+                      if s["name"] == "keel-c8-m16"] == [0], timeout=30)      # GitHub is told: no room
+    assert api(stack, "POST", "/api/runners/scale-sets/keel-c8-m16/drain", {}).json()["data"]["scale_set"][
+        "state"] == "DRAINING"
+    assert api(stack, "POST", "/api/runners/scale-sets/keel-c8-m16/resume", {}).json()["data"]["scale_set"][
+        "state"] == "LISTENING"
+    wait_for(lambda: [s["capacity"] for s in stack.gh("GET", "state")["scale_sets"]
+                      if s["name"] == "keel-c8-m16"] == [1], timeout=30)
+    unknown = api(stack, "POST", "/api/runners/scale-sets/keel-nope/pause", {})
+    assert unknown.status_code == 404 and "keel-c2-m4" in unknown.json()["message"]
+    assert api(stack, "POST", "/api/runners/scale-sets/keel-c2-m4/stop", {}).status_code == 400
+    assert api(stack, "POST", "/api/runners/scale-sets/keel-c2-m4/pause", {"force": True}).status_code == 400
 
 
 def test_new_settings_restart_the_runners_and_jobs_show_their_wait(stack):
@@ -257,5 +284,11 @@ def test_a_follower_shows_what_the_leader_shared(stack, tmp_path):
                                                               api(stack, "GET", "/api/runners/scale-sets").json()["data"]]
         assert client.call("GET", "/api/runners/waits")["jobs"] is not None
         assert "PRIVATE KEY" not in json.dumps(status)
+        # a control given on a follower is written where the leader reads it, and applied there
+        answer = client.call("POST", "/api/runners/scale-sets/keel-c2-m4/drain", {})
+        assert answer["applied"] is False and answer["leader_node"] == "pve1"
+        wait_for(lambda: scale_set(stack, "keel-c2-m4")["state"] == "DRAINING", timeout=30)
+        client.call("POST", "/api/runners/scale-sets/keel-c2-m4/resume", {})
+        wait_for(lambda: scale_set(stack, "keel-c2-m4")["state"] == "LISTENING", timeout=30)
     finally:
         engine.stop()

@@ -104,3 +104,44 @@ def test_run_once_and_the_errors_a_person_sees(setup, tmp_path):
                 Env(StringIO(), err, None, env)) == 3
     assert "has no runners: section" in err.getvalue()
     assert main(["runners"], Env(StringIO(), StringIO(), None, {})) == 2
+
+
+def test_pause_drain_and_resume_a_scale_set_of_the_running_loop(setup):
+    sim, config, store, env = setup
+    process = subprocess.Popen([sys.executable, "-m", "keel", "runners", "run", "--config", str(config),
+                                "--store", str(store)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**python_env(), **env})
+
+    def status_word() -> str:
+        out = StringIO()
+        main(["runners", "status", "--json", "--store", str(store)], Env(out, StringIO(), None, {}))
+        return json.loads(out.getvalue() or "{}").get("scale_sets", [{}])[0].get("state", "")
+
+    def until(what, timeout=30):
+        deadline = time.monotonic() + timeout
+        while not what():
+            assert time.monotonic() < deadline, "it did not happen in time"
+            time.sleep(0.2)
+
+    try:
+        until(lambda: status_word() == "LISTENING")
+        out = StringIO()
+        assert main(["runners", "pause", "keel-c2-m4", "--store", str(store)], Env(out, StringIO(), None, {})) == 0
+        assert out.getvalue().startswith("keel-c2-m4: paused: no new runners")
+        until(lambda: status_word() == "PAUSED")
+        until(lambda: gh(sim, "GET", "state")["scale_sets"][0]["capacity"] == 0)   # GitHub: no room
+        out = StringIO()
+        main(["runners", "status", "--store", str(store)], Env(out, StringIO(), None, {}))
+        assert "paused by" in out.getvalue() and "(keel runners pause)" in out.getvalue()
+        assert main(["runners", "drain", "keel-c2-m4", "--store", str(store)], Env(StringIO(), StringIO(), None, {})) == 0
+        until(lambda: status_word() == "DRAINING")
+        assert main(["runners", "resume", "keel-c2-m4", "--store", str(store)], Env(StringIO(), StringIO(), None, {})) == 0
+        until(lambda: status_word() == "LISTENING")
+        until(lambda: gh(sim, "GET", "state")["scale_sets"][0]["capacity"] == 2)
+        err = StringIO()
+        assert main(["runners", "pause", "keel-nope", "--store", str(store)], Env(StringIO(), err, None, {})) == 3
+        assert "no scale set named 'keel-nope' (the scale sets are keel-c2-m4)" in err.getvalue()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=90)
+    assert process.returncode == 0

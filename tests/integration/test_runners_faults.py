@@ -125,8 +125,13 @@ def test_lost_messages_are_made_up_by_the_reconcile_backstop(kit):
     kit.gh("POST", "faults", {"lose_messages": 1})
     [job] = kit.queue("keel-c2-m4", duration=10)
     assert kit.service.poll_once() == 0          # the JobAssigned message never comes
-    kit.service.reconcile_once()                 # the statistics say one job is assigned
+    kit.service.reconcile_once()                 # the statistics say one job is assigned ...
+    assert kit.clones() == []                    # ... that Keel knows nothing of: no runner yet
+    assert kit.service.status()["scale_sets"][0]["unconfirmed"] == 1
+    kit.advance(5)
+    kit.service.reconcile_once()                 # GitHub's REST API shows it queued: a runner
     assert len(kit.clones()) == 1
+    assert any(r["path"].endswith("/actions/runs") for r in kit.github_requests())
     run_until(kit, all_done(kit))
     assert kit.jobs()[job]["result"] == "succeeded"
     kit.assert_clean()

@@ -131,3 +131,44 @@ def test_a_full_clone_on_the_storage_asked(two):
     settle(kit, 1)
     [clone] = clones_on(kit.sim)
     assert clone["params"]["full"] == "1" and clone["params"]["storage"] == "ceph"
+
+
+def copies() -> list[dict]:
+    """The template's copies on pve2 and pve3 (the scenario has 9000 on pve1), same name."""
+    return [{"vmid": 9000 + i, "name": "runner-template", "node": f"pve{i + 1}", "template": True,
+             "status": "stopped", "memory": "2GiB", "storage": "ceph", "boot": "10s"} for i in (1, 2)]
+
+
+@pytest.mark.parametrize("template", ["runner-template", {"pve1": 9000, "pve2": 9001, "pve3": 9002}],
+                         ids=["by-name", "per-node"])
+def test_runners_are_cloned_from_a_template_on_a_node_that_is_up(kits, template):
+    small = {"name": "keel-c2-m4", "max_runners": 4,
+             "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB", "template": template}}]}
+    kit = kits([small], scenario(guests=copies()))
+    kit.sim.control("POST", "nodes/pve1", {"online": False})      # the first template's node is lost
+    kit.step()
+    jobs = kit.queue("keel-c2-m4", duration=10, count=3)
+    for _ in range(80):
+        kit.step(1)
+        if all(kit.jobs()[j]["status"] == "completed" for j in jobs) and not kit.service.runners:
+            break
+    assert all(kit.jobs()[j]["result"] == "succeeded" for j in jobs)
+    sources = {c["path"].split("/")[2] + ":" + c["path"].split("/")[4] for c in kit.clones()}
+    assert sources and sources <= {"pve2:9001", "pve3:9002"}
+    assert all("target" not in c["params"] for c in kit.clones())   # each from the copy on its own node
+    kit.assert_clean()
+
+
+def test_one_template_on_a_node_that_is_down_is_refused_with_what_to_do(kits):
+    small = {"name": "keel-c2-m4", "max_runners": 4,
+             "providers": [{"name": "pve", "runner": {"cores": 2, "memory": "4GiB"}}]}
+    kit = kits([small], scenario())
+    kit.sim.control("POST", "nodes/pve1", {"online": False})
+    kit.step()
+    [job] = kit.queue("keel-c2-m4", duration=10)
+    kit.step(0)
+    refusal = kit.service.status()["providers"][0]["last_refusal"]
+    assert refusal["kind"] == "failing" and "on no node that is up" in refusal["message"]
+    assert "template: {node: VMID" in refusal["message"]
+    assert kit.clones() == [] and not [r for r in kit.sim.requests_log(0) if r["path"].endswith("/clone")]
+    kit.gh("POST", f"jobs/{job}/cancel")

@@ -1,4 +1,4 @@
-"""The seed's "Under load" walk-through (rungar-proxmox-sizes.txt), replayed step by step.
+"""The seed's "Under load" walk-through (rungar-proxmox-sizes.txt), replayed.
 
 Three nodes of 64 GiB with about 60 GiB for VMs; the seed's three sizes (2c/4 GiB ×16,
 4c/8 GiB ×8, 8c/16 GiB ×3 at priority 10).  A busy Saturday afternoon: two large, sixteen
@@ -8,59 +8,25 @@ free.  Keel starts on that cluster and adopts the 26 runner VMs by their tags.
 1. A third large build is queued: refused as full, saying what each node has free.
 2. The large size holds the others back: pve HELD, small and medium HOLDING BACK.
 3. A medium job finishes on pve2 (14 GiB free there); another medium job is queued, and waits.
-4. A small job finishes on pve2 (18 GiB): the large runner is cloned there, and nothing
-   smaller before it.
+   The large size tries again when its 15 s are up: still full, now 30 s.
+4. A small job finishes on pve2 (18 GiB): room Keel freed that the large runner fits ends its
+   wait, and it is cloned there at once, nothing smaller before it.
 5. Its hold ends; the medium job gets a runner from the next room to free.
+
+Once step by step (a full pass every simulated second, to check each state on the way),
+and once with the service's own loop on a running clock (``test_under_load_on_its_own_loop``),
+which must keep the timing by itself: each retry within 2 s of its due time, the large
+runner cloned within 2 s of the room being free.
 """
 
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from keel.runners.record import Runner, description
-from keel.runners.settings import parse
-from runners_helpers import GiB, kit_fixture, scenario
+from runners_helpers import (INSTALLATION_UNDER_LOAD as INSTALLATION, SIZES_UNDER_LOAD as SIZES,
+                             UNDER_LOAD_SEED, GiB, kit_fixture, live_kit, under_load_scenario)
 
-SEED = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "fixtures" / "rungar" /
-                       "several-sizes.yaml").read_text())
-SIZES = {"S": ("rungar-c2-m4", 2, 4), "M": ("rungar-c4-m8", 4, 8), "L": ("rungar-c8-m16", 8, 16)}
-LAYOUT = {"pve1": "L" + "M" * 2 + "S" * 5, "pve2": "L" + "M" * 3 + "S" * 3, "pve3": "M" * 3 + "S" * 8}
-INSTALLATION = "under-load"
-SATURDAY_AFTERNOON = "2026-03-07T13:00:00Z"          # 15:00 in Vilnius: no reserve window
-
-
-def under_load_scenario() -> dict:
-    installation = parse({**_settings_data("https://x/my-org"), "installation": INSTALLATION}).installation_id
-    guests = [{"vmid": 150, "name": "dns", "node": "pve1", "memory": "1GiB", "mem_used": 1.0},
-              {"vmid": 151, "name": "ci-cache", "node": "pve2", "memory": "2GiB", "mem_used": 1.0}]
-    runners, jobs = [], []
-    vmid = 200
-    for node, sizes in LAYOUT.items():
-        for size in sizes:
-            scale_set, cores, gib = SIZES[size]
-            name = f"{scale_set}-{vmid:08x}"
-            record = Runner(name, scale_set, "pve", runner_id=None, created_at=1772880000.0 - 1200)
-            guests.append({"vmid": vmid, "name": name, "node": node, "cpus": cores, "memory": f"{gib}GiB",
-                           "mem_used": 1.0, "storage": "ceph", "pool": "runners",
-                           "tags": ["keel-runner", f"keel-runner-{installation}"],
-                           "description": description(record, installation)})
-            runners.append({"name": name, "scale_set": scale_set, "vmid": vmid})
-            jobs.append({"repo": "my-org/app", "labels": [scale_set], "duration": "2h", "runner": name})
-            vmid += 1
-    data = scenario(nodes=3, guests=guests, start_time=SATURDAY_AFTERNOON,
-                    github={"scale_sets": [{"name": s} for s, _, _ in SIZES.values()],
-                            "runners": runners, "jobs": jobs})
-    data["nodes"][2]["overhead_mem"] = "2GiB"
-    return data
-
-
-def _settings_data(url: str) -> dict:
-    data = dict(SEED)
-    data["github"] = {"url": url, "token_path": "/unused"}
-    data["providers"] = [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3"],
-                          "runner": {"template": 9000, "pool": "runners"}}]
-    return data
+SEED = UNDER_LOAD_SEED
 
 
 @pytest.fixture
@@ -120,28 +86,64 @@ def test_under_load_step_by_step(kit):
     assert scale_set(kit, medium)["state"] == "HOLDING BACK" and scale_set(kit, medium)["desired"] == 8
     assert kit.service.meters.count("keel_provider_refusals_total", scale_set=large) == 2
 
-    # 4. A small job finishes on pve2 too: 18 GiB free.  The large set tries again once its wait
-    #    (30 s after its second refusal) is up, and its runner is cloned on pve2 before anything
-    #    smaller can take the room.
-    kit.gh("POST", f"jobs/{job_of(kit, vm_named(kit, 'pve2', small))}/finish")
+    # 4. A small job finishes on pve2 too: 18 GiB free once its VM is off.  That room, freed by
+    #    Keel, fits the large runner: its wait ends and it is cloned on pve2 at once, before
+    #    anything smaller can take the room.
+    small_vm = vm_named(kit, "pve2", small)
+    kit.gh("POST", f"jobs/{job_of(kit, small_vm)}/finish")
+    off_at = kit.clock.t + 1                           # the fake's poweroff: 1 s after the job
     kit.settle(4)
-    assert kit.node_free()["pve2"] // GiB == 18
-    while kit.clock.t < refused_at + 44:
-        kit.step(1)
-        assert kit.clones() == [], "nothing is cloned before the large set's wait is up"
-        assert kit.service.status()["providers"][0]["state"] == "HELD"
-    kit.settle(2)
     [clone] = kit.clones()
     assert clone["params"]["name"].startswith(large) and clone["params"]["target"] == "pve2"
-    assert clone["time"] == refused_at + 45
+    assert clone["time"] - off_at <= 2
+    assert clone["time"] < refused_at + 45             # not waiting out the 30 s backoff
 
     # 5. Once its runner is created the hold ends; the medium job gets a runner from the next room.
     assert kit.service.status()["providers"][0]["state"] == "OK"
     assert scale_set(kit, medium)["state"] in ("LISTENING", "BACKING OFF")   # pve full for it now
     kit.gh("POST", f"jobs/{job_of(kit, vm_named(kit, 'pve3', small))}/finish")
-    kit.settle(20)
+    kit.settle(5)
     clones = kit.clones()
     assert len(clones) == 2 and clones[1]["params"]["name"].startswith(medium)
     assert clones[1]["params"]["target"] == "pve3"
     assert kit.service.status()["providers"][0]["state"] == "OK"
     kit.assert_limits()
+
+
+def test_under_load_on_its_own_loop(sim_factory, tmp_path):
+    """The same, with the service's loop (``run``) on a clock running 5 times real time: no
+    helper steps a pass; timers, messages and room freed drive it."""
+    small, medium, large = (s for s, _, _ in SIZES.values())
+    sim = sim_factory(under_load_scenario())
+    with live_kit(sim, tmp_path, SEED["scale_sets"], factor=5.0, installation=INSTALLATION) as live:
+        live.wait(lambda: len(live.service.runners) == 26 and all(
+            s["state"] == "LISTENING" for s in live.service.status()["scale_sets"]))
+        runners = {r.vmid: r for r in live.service.runners.values()}
+        assert all(r.adopted for r in runners.values())
+
+        def vm(node: str, size: str) -> str:
+            return next(r.name for r in runners.values() if r.node == node and r.scale_set == size)
+
+        def job(name: str) -> int:
+            return next(j["id"] for j in live.gh("GET", "state")["jobs"] if j["runner_name"] == name)
+
+        live.gh("POST", "jobs", {"labels": [large], "duration": 3600})
+        [first] = live.wait(lambda: live.events("refused"))
+        refused_at = first["t"]
+        live.sleep_until(refused_at + 5)
+        live.gh("POST", f"jobs/{job(vm('pve2', medium))}/finish")
+        live.gh("POST", "jobs", {"labels": [medium], "duration": 3600})
+        [_, second] = live.wait(lambda: len(live.events("refused")) >= 2 and live.events("refused"))
+        assert second["scale_set"] == large and 0 <= second["t"] - (refused_at + 15) <= 2   # on time
+        live.sleep_until(refused_at + 20)
+        live.gh("POST", f"jobs/{job(vm('pve2', small))}/finish")
+        off_at = live.gh("GET", "state")["time"] + 1      # its VM powers off a second after the job
+        [clone] = live.wait(lambda: live.clones())
+        assert clone["params"]["name"].startswith(large) and clone["params"]["target"] == "pve2"
+        assert clone["time"] - off_at <= 2, f"cloned {clone['time'] - off_at:.1f} s after the room was free"
+        live.gh("POST", f"jobs/{job(vm('pve3', small))}/finish")
+        off_at = live.gh("GET", "state")["time"] + 1
+        clones = live.wait(lambda: len(live.clones()) >= 2 and live.clones())
+        assert clones[1]["params"]["name"].startswith(medium) and clones[1]["params"]["target"] == "pve3"
+        assert clones[1]["time"] - off_at <= 2
+        assert [e["scale_set"] for e in live.events("refused")][:2] == [large, large]

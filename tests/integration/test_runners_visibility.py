@@ -131,3 +131,14 @@ def test_no_secret_ever_shows(kits, tmp_path, caplog):
     with pytest.raises(Exception) as caught:
         GitHubClient(broken, kit.clock).list_runners()
     assert "missing.pem" in str(caught.value) and "BEGIN" not in str(caught.value)
+
+
+def test_on_a_pve_node_files_outside_pmxcfs_are_named_with_where_to_copy_them(kits, tmp_path, monkeypatch):
+    from keel.runners import state
+    monkeypatch.setattr(state, "PMXCFS", tmp_path)            # as if on a node: /etc/pve is there
+    kit = kits([SMALL])
+    status = kit.service.status()
+    [notice] = [n for n in status["notices"] if "app_private_key_path" in n]
+    assert "is on this node only" in notice and "/etc/pve/priv/keel/github-app.pem" in notice
+    assert any("tls.ca_file" in n and "/etc/pve/keel/github-ca.pem" in n for n in status["notices"])
+    assert notice in render(status, status["time"])

@@ -114,3 +114,17 @@ def test_nothing_the_matrix_refused_reached_pve(stack):
     writes = [r for r in sim.requests_log() if r["method"] in ("POST", "PUT", "DELETE")
               and "/migrate" in r["path"]]
     assert writes == []
+
+
+@pytest.mark.parametrize("caller", list(MATRIX))
+def test_only_sys_modify_on_root_pauses_resumes_or_drains_a_scale_set(stack, caller):
+    """The runtime equivalent of editing ``paused``: ``Sys.Modify`` on ``/``, as the config.  This
+    cluster runs no runners, so those allowed are told so (404); the others are refused (403)."""
+    sim, url, _ = stack
+    for action in ("pause", "resume", "drain"):
+        answer = requests.post(f"{url}/api/runners/scale-sets/keel-c2-m4/{action}", json={},
+                               headers=headers_for(stack, caller), verify=sim.cert, timeout=60)
+        allowed = MATRIX[caller][3] == ALLOWED            # the callers that may validate the config
+        assert answer.status_code == (404 if allowed else DENIED), (caller, action, answer.text)
+        if not allowed and caller != "nobody@pve":
+            assert "Sys.Modify" in answer.json()["message"]

@@ -201,9 +201,12 @@ def test_dark_theme_and_an_auditor_sees_but_cannot_change(open_ui, runners, answ
     select_tab(page, "keel-runners")
     page.wait_for_function("() => { const p = Ext.ComponentQuery.query('pveKeelRunners')[0];"
                            " return p && p.down('#scaleSets').getStore().getCount() === 2; }")
-    disabled = page.evaluate("() => ['#github', '#test', '#scaleSetAdd', '#providerAdd'].map(id =>"
+    page.evaluate("() => { const g = Ext.ComponentQuery.query('pveKeelRunners')[0].down('#scaleSets');"
+                  " g.getSelectionModel().select(0); }")
+    disabled = page.evaluate("() => ['#github', '#test', '#scaleSetAdd', '#providerAdd', '#scaleSetpause',"
+                             " '#scaleSetdrain', '#scaleSetresume'].map(id =>"
                              " Ext.ComponentQuery.query('pveKeelRunners')[0].down(id).isDisabled())")
-    assert disabled == [True, True, True, True]
+    assert disabled == [True] * 7
 
 
 def test_a_size_that_never_fits_is_shown_backing_off_in_words(open_ui, runners, answers):
@@ -267,3 +270,56 @@ def test_a_schedule_window_takes_a_scale_set_off_schedule(open_ui, runners, answ
     wait_for(lambda: closed(page, "pveKeelScaleSetEdit"), timeout=20)
     wait_for(lambda: state_of(page, "keel-c8-m16") == "LISTENING", timeout=60)
     assert "schedule" not in runners.config.read_text()
+
+
+def test_the_queue_shows_a_waiting_job_and_a_scale_set_is_paused_and_resumed(open_ui, runners, answers):
+    page = open_runners(open_ui, answers)
+    wait_for(lambda: state_of(page, "keel-c2-m4") == "LISTENING", timeout=60)
+    runners.gh("POST", "faults", {"slow_boot": {"count": 1, "delay": 20}})       # its runner comes late
+    [job] = runners.gh("POST", "jobs", {"labels": ["keel-c2-m4"], "duration": 3, "name": "lint"})["ids"]
+    [row] = wait_for(lambda: [r for r in grid_rows(page, "queue") if r["job_id"] == str(job)], timeout=30)
+    assert (row["scale_set"], row["repo"], row["workflow"]) == ("keel-c2-m4", "my-org/app", ".github/workflows/ci.yml")
+    assert row["name"] == "lint"
+    page.wait_for_selector("text=Waiting jobs (1)")
+    screenshot(page, "runners-queue")
+    wait_for(lambda: {r["name"]: r for r in grid_rows(page, "scaleSets")}["keel-c2-m4"]["waiting"] == 1, timeout=10)
+    # pause with the button (confirmed), then resume
+    page.evaluate("() => { const g = Ext.ComponentQuery.query('pveKeelRunners')[0].down('#scaleSets');"
+                  " g.getSelectionModel().select(g.getStore().getById('keel-c8-m16')); }")
+    page.evaluate("() => Ext.ComponentQuery.query('pveKeelRunners')[0].down('#scaleSetpause').el.dom.click()")
+    page.wait_for_selector("text=No new runners")
+    page.click("text=Yes")
+    wait_for(lambda: state_of(page, "keel-c8-m16") == "PAUSED", timeout=30)
+    details = {r["name"]: r["details"] for r in grid_rows(page, "scaleSets")}["keel-c8-m16"]
+    assert any(d.startswith("paused by web:root@pam") for d in details), details
+    page.evaluate("() => Ext.ComponentQuery.query('pveKeelRunners')[0].down('#scaleSetresume').el.dom.click()")
+    wait_for(lambda: state_of(page, "keel-c8-m16") == "LISTENING", timeout=30)
+    wait_for(lambda: not grid_rows(page, "queue"), timeout=60)               # the job got its runner
+
+
+def test_a_template_per_node_is_typed_in_the_providers_window(open_ui, runners, answers):
+    page = open_runners(open_ui, answers)
+    edit_window(page, "pveKeelProviderEdit", "p.editItem('provider', 'pve')")
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "pve1=9000, pve2=9001"})
+    press_ok(page, "pveKeelProviderEdit")
+    wait_for(lambda: closed(page, "pveKeelProviderEdit"), timeout=20)
+    assert yaml_runner(runners)["template"] == {"pve1": 9000, "pve2": 9001}
+    edit_window(page, "pveKeelProviderEdit", "p.editItem('provider', 'pve')")
+    shown = page.evaluate("() => Ext.ComponentQuery.query('pveKeelProviderEdit')[0].down('#form').getForm()"
+                          ".findField('runner.template').getValue()")
+    assert shown == "pve1=9000, pve2=9001"
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "pve1=x"})
+    press_ok(page, "pveKeelProviderEdit")      # checked in each scale set's block: listed above the form
+    listed = wait_for(lambda: page.evaluate("() => { const b = Ext.ComponentQuery.query('pveKeelProviderEdit')[0]"
+                                            ".down('#errors'); return b.isVisible() && b.el.dom.textContent; }"),
+                      timeout=20)
+    assert "runner.template.pve1" in listed and "expected a VMID" in listed, listed
+    set_fields(page, "pveKeelProviderEdit", {"runner.template": "9000"})
+    press_ok(page, "pveKeelProviderEdit")
+    wait_for(lambda: closed(page, "pveKeelProviderEdit"), timeout=20)
+    assert yaml_runner(runners)["template"] == 9000
+
+
+def yaml_runner(runners):
+    import yaml
+    return yaml.safe_load(runners.config.read_text())["runners"]["providers"][0]["runner"]

@@ -75,3 +75,37 @@ def test_modules_stay_small():
     big = [(str(p.relative_to(PACKAGE)), n) for _, p in modules()
            if (n := len(p.read_text().splitlines())) > 500]
     assert not big, f"split these modules: {big}"
+
+
+# Inside keel.runners, one way too: each module imports only those before it here (lower
+# layers), never one after it, even for type hints.  The passes work on ``state.Fleet``;
+# ``service.RunnerService`` is a Fleet with the loop around it.
+RUNNERS_LAYERS = ("spec", "settings", "placement", "scaler", "record", "demand", "metrics", "store",
+                  "shared", "webhooks", "secrets", "github", "proxmox", "check", "state", "lifecycle",
+                  "scaling", "fleet", "status", "service", "endpoint")
+
+
+def runners_imports(path: Path) -> set[str]:
+    """The keel.runners modules ``path`` imports, ``from keel.runners import x`` included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] if node.module != "keel.runners" else \
+                [f"keel.runners.{alias.name}" for alias in node.names]
+        found.update(n.split(".")[2] for n in names if n.startswith("keel.runners.") and n.count(".") >= 2)
+    return found
+
+
+@pytest.mark.parametrize("name", RUNNERS_LAYERS)
+def test_the_runners_modules_import_one_way(name):
+    below = set(RUNNERS_LAYERS[:RUNNERS_LAYERS.index(name)])
+    wrong = runners_imports(PACKAGE / "runners" / f"{name}.py") - below - {name}
+    assert not wrong, f"runners/{name}.py imports {sorted(wrong)}, which come after it in RUNNERS_LAYERS"
+
+
+def test_every_runners_module_has_its_layer():
+    modules = {p.stem for p in (PACKAGE / "runners").glob("*.py")} - {"__init__"}
+    assert modules == set(RUNNERS_LAYERS)

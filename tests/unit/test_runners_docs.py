@@ -50,7 +50,8 @@ def test_the_state_words_are_the_codes():
     table = TEXT.split("Scale set states:", 1)[1].split("Provider states:", 1)[0]
     documented = re.findall(r"^\| `([A-Z ]+)` \|", table, re.M)
     assert documented == [words.LISTENING, words.HOLDING_BACK, words.BACKING_OFF, words.PAUSED,
-                          words.OFF_SCHEDULE, words.STANDBY, words.STARTING, words.UNREACHABLE]
+                          words.DRAINING, words.OFF_SCHEDULE, words.RATE_LIMITED, words.DEGRADED,
+                          words.STANDBY, words.STARTING, words.UNREACHABLE]
     for word in (words.OK, words.HELD, words.UNREACHABLE, words.DISABLED):
         assert f"`{word}`" in TEXT.split("Provider states:", 1)[1].split("\n\n", 1)[0]
 
@@ -63,7 +64,7 @@ def test_the_cleanup_reasons_are_the_codes():
 
 def test_the_engines_interface_is_documented():
     section = TEXT.split("## Running it", 1)[1]
-    for method in ("adopt", "reconcile_once", "run", "status", "metrics", "handle_webhook", "close"):
+    for method in ("adopt", "reconcile_once", "run", "status", "metrics", "handle_webhook", "control", "close"):
         assert f"`{method}(" in section and callable(getattr(RunnerService, method))
 
 

@@ -21,7 +21,8 @@ SECRETS = {
 }
 # Keys that are Rungar's own business, or secrets, and so are not carried over as they are.
 NOT_KEY_FOR_KEY = {"socket", "log_level", "log_format", "events.file", "app_private_key",
-                   "app_private_key_path", "token", "token_path", "token_secret", "token_secret_path"}
+                   "app_private_key_path", "token", "token_path", "token_secret", "token_secret_path",
+                   "ca_file"}      # a CA file on Rungar's node moves to pmxcfs (test below)
 
 
 def paths(data, prefix=""):
@@ -94,6 +95,18 @@ def test_the_seed_example_behaves_the_same():
     assert provider.token_secret_path == "/etc/pve/priv/keel/pve-token-secret"
     assert keel.github.app_private_key_path == "/etc/pve/priv/keel/github-app.pem"
     assert keel.metrics.enable
+
+
+def test_files_on_rungars_node_move_to_pmxcfs_with_a_note_to_copy_them():
+    text = import_file(FIXTURES / "several-sizes.yaml")
+    keel = cfg.parse(yaml.safe_load(text)).runners
+    assert keel.provider("pve").ca_file == "/etc/pve/keel/pve-ca.pem"
+    assert "Rungar read provider pve's CA from /etc/rungar/pve-root-ca.pem" in " ".join(text.split())
+    assert "Copy it to /etc/pve/keel/pve-ca.pem" in " ".join(text.split())
+    from keel.runners.settings import node_local
+    assert node_local(keel) == []                       # nothing left on one node only
+    everything = cfg.parse(yaml.safe_load(import_file(FIXTURES / "everything.yaml"))).runners
+    assert everything.provider("lab").ca_file == "/etc/pve/pve-root-ca.pem"      # already in pmxcfs: kept
 
 
 def test_what_is_not_carried_over_is_listed_with_why():

@@ -98,3 +98,44 @@ def test_a_window_can_take_the_scale_set_off_schedule():
                                              "max_runners": 0, "min_runners": 0}]})
     w = want(s, 0, 3)
     assert (w.desired, w.off_schedule, w.paused) == (0, True, False)
+
+
+def test_room_freed_after_a_full_refusal_may_end_its_backoff_and_nothing_else_does():
+    p = Placement(INTERVAL)
+    p.refused("large", 10, "pve", FULL, 100.0)
+    assert not p.ends_on_room("large", "pve", None, 101.0)            # no room freed
+    assert not p.ends_on_room("large", "pve", 99.0, 101.0)            # freed before the refusal
+    assert p.ends_on_room("large", "pve", 100.5, 101.0)
+    p.forgive("large", "pve", 101.0)
+    assert p.backoff_until("large", "pve", 101.0) is None              # tried again at once
+    assert p.refused("large", 10, "pve", FULL, 101.0).until == 131.0  # still full: the doubling goes on
+    p.refused("small", 0, "pve", FAILING, 100.0)
+    assert not p.ends_on_room("small", "pve", 100.5, 101.0)           # only "full" backoffs end on room
+
+
+def test_the_next_change_is_the_first_backoff_or_hold_to_end():
+    p = Placement(INTERVAL)
+    assert p.next_change(0.0) is None
+    p.refused("large", 10, "pve", FULL, 0.0)                           # backoff to 15, hold to 60
+    p.refused("small", 0, "other", FAILING, 5.0)                       # backoff to 20
+    assert p.next_change(1.0) == 15.0
+    assert p.next_change(15.0) == 20.0
+    assert p.next_change(20.0) == 60.0
+    assert p.next_change(60.0) is None
+
+
+def test_what_fell_due_before_the_last_pass_does_not_call_for_another():
+    """``fleet.due``: a deadline Keel could not act on (GitHub silent) is not due again and
+    again; a backoff ending after the last pass is."""
+    from types import SimpleNamespace
+
+    from keel.runners import fleet
+    svc = SimpleNamespace(placement=Placement(INTERVAL), github=SimpleNamespace(blocked_until=50.0),
+                          sets={}, runners={}, verdicts={}, listing_at=0.0, last_pass_at=100.0,
+                          unreachable={}, settings=SimpleNamespace(scale_set=lambda name: None))
+    assert fleet.due(svc, 101.0) == float("inf")          # the block ended before the last pass
+    svc.placement.refused("large", 10, "pve", FULL, 95.0)  # its 15 s end at 110
+    assert fleet.due(svc, 101.0) == 110.0
+    assert fleet.due(svc, 111.0) == 111.0                  # it ended after the last pass: a pass now
+    svc.last_pass_at = 111.0
+    assert fleet.due(svc, 111.5) == 155.0                  # then the hold's end (two intervals from 95)

@@ -259,3 +259,52 @@ def test_a_window_can_pause_the_scale_set():
     data = yaml.safe_load(yaml.safe_dump(SEED))
     data["scale_sets"][0]["schedule"]["windows"][0]["min_runners"] = 17
     assert "max_runners (16)" in problems_of(data)["scale_sets[0].schedule.windows[0].min_runners"]
+
+
+def test_a_template_is_a_vmid_a_name_or_one_per_node():
+    def runner(template):
+        data = {**SEED, "providers": [{**SEED["providers"][0], "runner": {"template": template}}]}
+        return parse(data).scale_sets[0].providers[0].runner
+    one, named, per_node = runner(9000), runner("runner-tpl"), runner({"pve2": 9001, "pve1": "9000"})
+    assert (one.template, one.template_ids, one.template_text) == (9000, (9000,), "9000")
+    assert (named.template, named.template_name, named.template_ids) == (0, "runner-tpl", ())
+    assert per_node.templates == (("pve1", 9000), ("pve2", 9001))
+    assert per_node.template_text == "pve1=9000, pve2=9001" and per_node.template_ids == (9000, 9001)
+    assert len({one.revision, named.revision, per_node.revision}) == 3     # a new template: replaced
+    assert runner("9000") == one
+    at_key = "scale_sets[0].providers[0].runner.template"
+    for bad, words in ((50, "at least 100"), ("not a name!", "not a VM name"), ([9000], "one per node"),
+                       ({"pve1": "x"}, "expected a VMID"), ({"bad node!": 9000}, "node name")):
+        data = {**SEED, "providers": [{**SEED["providers"][0], "runner": {"template": bad}}]}
+        errors = problems_of(data)
+        key = next(k for k in errors if k.startswith(at_key))
+        assert words in errors[key], (bad, errors)
+
+
+def test_a_rungar_file_pasted_whole_must_say_where_its_template_reads_the_jit_config():
+    rungar = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "fixtures" / "rungar" /
+                             "several-sizes.yaml").read_text())
+    errors = problems_of(rungar)
+    assert list(errors) == ["providers[0].runner.jit_path"]
+    assert "/run/rungar/jitconfig" in errors["providers[0].runner.jit_path"] and \
+        "/run/keel/jitconfig" in errors["providers[0].runner.jit_path"]
+    rungar["providers"][0]["runner"]["jit_path"] = "/run/rungar/jitconfig"        # said: it keeps its meaning
+    assert parse(rungar).scale_sets[2].providers[0].runner.jit_path == "/run/rungar/jitconfig"
+    rungar["providers"][0]["runner"].pop("jit_path")
+    for ss in rungar["scale_sets"]:                                                 # or said in every scale set
+        ss["providers"][0]["runner"]["jit_path"] = "/run/ci/jit"
+    assert parse(rungar).scale_sets[0].providers[0].runner.jit_path == "/run/ci/jit"
+    keel_native = {k: v for k, v in SEED.items()}                                   # no version, pmxcfs paths
+    assert parse(keel_native).scale_sets[0].providers[0].runner.jit_path == "/run/keel/jitconfig"
+
+
+def test_files_outside_pmxcfs_are_named_with_where_to_copy_them():
+    from keel.runners.settings import node_local
+    rungar = yaml.safe_load((__import__("pathlib").Path(__file__).parents[1] / "fixtures" / "rungar" /
+                             "several-sizes.yaml").read_text())
+    rungar["providers"][0]["runner"]["jit_path"] = "/run/rungar/jitconfig"
+    assert node_local(parse(rungar)) == [
+        ("github.app_private_key_path", "/etc/rungar/app.pem", "/etc/pve/priv/keel/github-app.pem"),
+        ("providers[0].token_secret_path", "/etc/rungar/pve-token", "/etc/pve/priv/keel/pve-pve-token"),
+        ("providers[0].tls.ca_file", "/etc/rungar/pve-root-ca.pem", "/etc/pve/keel/pve-ca.pem")]
+    assert node_local(parse(SEED)) == []

@@ -371,6 +371,15 @@ def create_app(engine: Engine) -> Flask:
         r.problems.raise_if_any()
         return ok(runners_admin.test_connection(engine))
 
+    @app.post("/api/runners/scale-sets/<name>/<action>")
+    def scale_set_control(name: str, action: str) -> Response:
+        """Pause, resume or drain a scale set at run time (``keel runners pause``, the tab)."""
+        require("Sys.Modify")
+        r = body()
+        r.done()
+        r.problems.raise_if_any()
+        return ok(runners_admin.control(engine, name, action, who()))
+
     @app.post("/api/runners/webhook")
     def webhook() -> Response:
         """A GitHub ``workflow_job`` delivery, passed on by keel-web: the runners check its

@@ -16,7 +16,8 @@ which files it reads and writes, and what its PVE token clones.  So through keel
 * **what the token touches**: a template, pool or storage that was not in the settings
   before needs the caller's own ``VM.Clone`` on ``/vms/<template>``, ``VM.Allocate`` on
   ``/pool/<pool>`` and ``Datastore.AllocateSpace`` on ``/storage/<id>``: what PVE would ask
-  of them to clone it themselves.
+  of them to clone it themselves.  A template given by name may be any VM of that name, so
+  a new one needs ``VM.Clone`` on ``/vms``.
 
 ``problems`` answers every breach keyed by its config path; root (the CLI) is not limited.
 """
@@ -40,17 +41,22 @@ def _path_problem(old: str | None, new: str | None, fixed: Path) -> str | None:
             f"(set the secret itself, and Keel writes it there)")
 
 
-def _references(settings: RunnersSettings) -> tuple[set[int], set[str], set[str]]:
-    templates, pools, storages = set(), set(), set()
+def _references(settings: RunnersSettings) -> tuple[set[int], set[str], set[str], set[str]]:
+    templates: set[int] = set()
+    pools: set[str] = set()
+    storages: set[str] = set()
+    names: set[str] = set()
     for scale_set in settings.scale_sets:
         for provider in scale_set.providers:
             spec = provider.runner
-            templates.add(spec.template)
+            templates.update(spec.template_ids)
+            if spec.template_name:
+                names.add(spec.template_name)
             if spec.pool:
                 pools.add(spec.pool)
             if spec.storage:
                 storages.add(spec.storage)
-    return templates, pools, storages
+    return templates, pools, storages, names
 
 
 def problems(old: RunnersSettings, new: RunnersSettings, given: Collection[str], secrets_dir: Path,
@@ -116,3 +122,8 @@ def _objects(found: dict[str, str], old: RunnersSettings, new: RunnersSettings, 
                 found[f"runners.scale_sets ({what} {value})"] = (
                     f"permission check failed ({path}, {privilege}): runners cloned from it would use "
                     f"Keel's token where you may not")
+    for name in sorted(new_refs[3] - old_refs[3]):
+        if not principal.can("VM.Clone", "/vms", considered):
+            found[f"runners.scale_sets (template {name})"] = (
+                "permission check failed (/vms, VM.Clone): a template by name may be any VM of that "
+                "name, so it needs VM.Clone on every VM; give its VMID (or one per node) instead")

@@ -262,7 +262,7 @@ class Engine:
             from keel.runners.service import RunnerService
             try:
                 service = RunnerService(settings, self.client, self.config.engine.store, clock=self.clock,
-                                        fence=self.fence.check)
+                                        fence=self.fence.check, shared_dir=self.config.engine.shared_dir)
             except KeelError as err:              # a secret file missing: said, retried, never fatal
                 self.runners_error = str(err)
                 self._runners_retry_at = self.clock() + 30.0

@@ -78,6 +78,11 @@ SPEC: dict[str, Any] = {
         "/api/runners/scale-sets": {"get": _op("Scale sets: desired, current, idle, busy, state", errors=())},
         "/api/runners/runners": {"get": _op("Runners: VMID, node, state, age, job", errors=())},
         "/api/runners/jobs": {"get": _op("Recent jobs and how long they waited for a runner", errors=())},
+        "/api/runners/scale-sets/{name}/{action}": {"post": _op(
+            "Pause, resume or drain a scale set at run time (Sys.Modify on /): kept, with who and when, "
+            "until resumed; the leader's runners act on it at once", errors=("400", "404"),
+            params=[_q("name", {"type": "string"}, where="path"),
+                    _q("action", {"type": "string", "enum": ["pause", "resume", "drain"]}, where="path")])},
         "/api/runners/waits": {"get": _op(
             "Job wait times (queued to started) of the last jobs that started, and p50/p95 per scale set",
             params=[_q("limit", {"type": "integer", "minimum": 1, "maximum": 1000})], errors=("400",))},

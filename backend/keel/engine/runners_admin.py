@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: AGPL-3.0-or-later
 """The runners' settings as the web UI edits them: read and written as JSON, secrets
-write-only, "test connection", and the job wait history (``engine.api`` routes to these).
+write-only, "test connection", the job wait history, and the operator's controls (pause,
+resume, drain a scale set at run time) (``engine.api`` routes to these).
 
 The ``runners:`` section is replaced in the config file in place: the other sections, and
 their comments, stay as they were written (comments inside ``runners:`` are not kept).
@@ -28,8 +29,8 @@ import yaml
 from keel import config as cfg
 from keel.authz import Principal
 from keel.engine import boundary
-from keel.errors import BusyError, InvalidError, KeelError
-from keel.runners import check as checks, secrets
+from keel.errors import BusyError, InvalidError, KeelError, NotFoundError
+from keel.runners import check as checks, secrets, shared
 from keel.files import atomic_write
 
 if TYPE_CHECKING:
@@ -268,3 +269,27 @@ def json_body_settings(data: Any) -> dict[str, Any]:
     if len(json.dumps(data)) > 512 * 1024:
         raise InvalidError("settings: too large")
     return data
+
+
+# -- the operator's controls --------------------------------------------------------------------
+
+
+def control(engine: "Engine", name: str, action: str, who: str) -> dict[str, Any]:
+    """Pause, resume or drain scale set ``name`` now.  On the leader the runners act on it at
+    once; on another node it is written to the shared controls file (pmxcfs), which the
+    leader's runners read within seconds.  Kept until resumed, also across a leader change."""
+    import time
+    if action not in shared.ACTIONS:
+        raise InvalidError(f"{action!r} is not an action: pause, resume or drain")
+    settings = engine.config.runners
+    if not settings.configured:
+        raise NotFoundError("the runners are not configured (no runners: section)")
+    if settings.scale_set(name) is None:
+        raise NotFoundError(f"no scale set named {name!r} (the scale sets are "
+                            f"{', '.join(s.name for s in settings.scale_sets) or 'none'})")
+    running = engine.runners
+    if running is not None:
+        return {"applied": True, "leader_node": engine.node, "scale_set": running[0].control(name, action, who)}
+    value = shared.write_control(engine.config.engine.shared_dir, name, action, who, time.time())
+    return {"applied": False, "leader_node": engine.leader_node(),
+            "scale_set": {"name": name, "control": value}}

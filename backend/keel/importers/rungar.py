@@ -12,6 +12,9 @@ end:
   their entries in each scale set; a scale set left with no provider is dropped;
 * ``jit_path``: Rungar's templates read ``/run/rungar/jitconfig``, so that stays the path
   unless the file names another (Keel's own default is ``/run/keel/jitconfig``);
+* files on the node Rungar ran on: a ``tls.ca_file`` outside ``/etc/pve`` moves to
+  ``/etc/pve/keel/`` (the CA is no secret; pmxcfs gives it to every node, so the next
+  leader has it too), with a note to copy it there;
 * the daemon's own keys (``socket``, ``log_level``, ``log_format``, ``events.file``).
 
 ``convert(text, source)`` is pure; ``import_file(path)`` reads the file and checks the
@@ -30,6 +33,7 @@ from keel.errors import InvalidError
 from keel.importers.commented import Note, _comment
 
 SECRET_DIR = "/etc/pve/priv/keel"
+CA_DIR = "/etc/pve/keel"
 RUNGAR_JIT_PATH = "/run/rungar/jitconfig"
 FLOW_WIDTH = 90
 DAEMON_KEYS = {"socket": "Keel's CLI talks to the engine over its own local API",
@@ -87,7 +91,23 @@ def _github(github: Any, notes: list[Note]) -> Any:
             "the GitHub App's private key (PEM)", "runners.github", "github", notes)
     _secret(out, "token", "token_path", "github-token", "the personal access token",
             "runners.github", "github", notes)
+    _ca_file(out, "github-ca.pem", "GitHub Enterprise Server's CA", "runners.github", notes)
     return out
+
+
+def _ca_file(block: dict[str, Any], filename: str, what: str, at: str, notes: list[Note]) -> None:
+    """A CA file on Rungar's node only moves to /etc/pve/keel, which every node has."""
+    tls = block.get("tls")
+    path = tls.get("ca_file") if isinstance(tls, dict) else None
+    if not isinstance(path, str) or path.startswith("/etc/pve/"):
+        return
+    target = f"{CA_DIR}/{filename}"
+    also = " (if it is a copy of this cluster's own CA, name /etc/pve/pve-root-ca.pem instead)" \
+        if "GitHub" not in what else ""
+    notes.append(Note(f"Rungar read {what} from {path}, which is on that node only: the next node to lead "
+                      f"would not have it. Copy it to {target}, which pmxcfs gives every node{also}.",
+                      f"{at}.tls.ca_file"))
+    block["tls"] = {**tls, "ca_file": target}
 
 
 def _secret(block: dict[str, Any], inline: str, path_key: str, filename: str, what: str,
@@ -127,6 +147,7 @@ def _providers(providers: Any, notes: list[Note]) -> Any:
         at = f"runners.providers[{len(out)}]"
         _secret(provider, "token_secret", "token_secret_path", f"{name}-token-secret",
                 f"provider {name}'s API token secret", at, f"providers[{name}]", notes)
+        _ca_file(provider, f"{name}-ca.pem", f"provider {name}'s CA", at, notes)
         if provider.get("url"):
             notes.append(Note(f"If {provider['url']} is the cluster Keel runs on, delete url, token_id, "
                               f"token_secret_path and tls: Keel then uses its own API token (the "

@@ -83,8 +83,9 @@ def _provider(settings: RunnersSettings, provider: ProviderSettings,
               local: PveClient | None) -> list[dict[str, Any]]:
     name = f"provider {provider.name}"
     where = provider.url or "this cluster"
-    templates = sorted({entry.runner.template for ss in settings.scale_sets for entry in ss.providers
-                        if entry.name == provider.name})
+    specs = [entry.runner for ss in settings.scale_sets for entry in ss.providers if entry.name == provider.name]
+    templates = sorted({vmid for spec in specs for vmid in spec.template_ids})
+    names = sorted({spec.template_name for spec in specs if spec.template_name})
     client = None
     own = False
     try:
@@ -115,8 +116,13 @@ def _provider(settings: RunnersSettings, provider: ProviderSettings,
         out.append(_result(f"{name}: nodes", where, not missing,
                            f"the cluster has no node {', '.join(missing)} (it has {', '.join(sorted(nodes))})"
                            if missing else f"{', '.join(provider.nodes)} exist"))
-    if not templates:
+    if not templates and not names:
         out.append(_result(f"{name}: template", where, None, "no scale set uses this provider"))
+    for template_name in names:
+        found = [r for r in vms.values() if r.get("template") and r.get("name") == template_name]
+        on = ", ".join(f"{r['vmid']} on {r.get('node')}" for r in sorted(found, key=lambda r: r["vmid"]))
+        out.append(_result(f"{name}: template {template_name}", where, bool(found),
+                           f"copies: {on}" if found else f"no template named {template_name} on {where}"))
     for vmid in templates:
         vm = vms.get(vmid)
         if vm is None:

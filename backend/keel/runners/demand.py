@@ -9,6 +9,14 @@ only ever moves forward (queued → assigned → started → completed).
 
 A webhook is only a faster signal: a job it announces counts as demand (a *hint*) until
 statistics newer than it arrive, which include it if GitHub assigned it to the scale set.
+
+**GitHub's count is checked against the jobs Keel tracks** (``SetState.demand``): a job
+gets a runner when GitHub counts it *and* Keel knows it (a message, a webhook, the REST
+API, a busy runner), so a count GitHub left inflated after an incident (actions-runner-
+controller #4397: "phantom" assigned jobs) gets no VMs, and a job GitHub no longer counts
+gets none either.  What GitHub counts beyond the jobs Keel knows is ``unconfirmed``: the
+reconcile backstop asks GitHub's REST API for those jobs (a lost message) before any
+runner is made for them.
 """
 
 from __future__ import annotations
@@ -36,12 +44,17 @@ class JobSeen:
     runner: str | None = None
     result: str | None = None
     seen_at: float = 0.0
+    workflow: str = ""              # the workflow file (jobWorkflowRef) or name (webhooks)
+    name: str = ""                  # the job's display name
     waits_observed: bool = False
 
     def row(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("job_id", "scale_set", "repo", "state", "queued_at",
-                                              "assigned_at", "started_at", "completed_at", "runner",
-                                              "result", "seen_at")}
+        return {k: getattr(self, k) for k in ROW_KEYS}
+
+
+ROW_KEYS = ("job_id", "scale_set", "repo", "state", "queued_at", "assigned_at", "started_at",
+            "completed_at", "runner", "result", "seen_at", "workflow", "name")
+OPEN = ("assigned", "started")
 
 
 @dataclass
@@ -70,13 +83,49 @@ class SetState:
     hints: dict[str, float] = field(default_factory=dict)    # job id -> when a webhook announced it
     min_runners: int | None = None
     excess_since: float | None = None      # more runners than desired since
+    unconfirmed_since: float | None = None  # GitHub has counted more jobs than Keel knows since
+    unmet: int = 0                         # runners wanted and not made in the last pass
+
+    def hinted(self) -> int:
+        """Jobs a webhook announced that no statistics include yet."""
+        settled = self.stats_at if self.stats_at is not None else float("-inf")
+        return sum(1 for at in self.hints.values() if at + HINT_SETTLE_S > settled)
+
+    def known(self, busy_untracked: int = 0) -> int:
+        """Jobs assigned and not completed that Keel knows of: tracked, or on a busy runner of
+        its own whose job it did not track (adopted)."""
+        return sum(1 for j in self.jobs.values() if j.state in OPEN) + busy_untracked
+
+    def counted(self) -> int:
+        """GitHub's count of jobs assigned and not completed (``totalAssignedJobs``)."""
+        return int(self.statistics.get("totalAssignedJobs", 0))
+
+    def demand(self, now: float, busy_untracked: int = 0) -> int:
+        """Jobs to have runners for: those GitHub counts and Keel knows (the smaller of the
+        two), plus webhook hints."""
+        known = self.known(busy_untracked)
+        base = min(self.counted(), known) if self.stats_at is not None else known
+        return base + self.hinted()
+
+    def unconfirmed(self, busy_untracked: int = 0) -> int:
+        """Jobs GitHub counts that Keel knows nothing of: phantoms, or a lost message."""
+        return max(0, self.counted() - self.known(busy_untracked))
 
     def assigned(self, now: float) -> int:
-        """Jobs assigned and not completed, as of the latest statistics, plus webhook hints newer
-        than them."""
-        stats = int(self.statistics.get("totalAssignedJobs", 0))
-        settled = self.stats_at if self.stats_at is not None else float("-inf")
-        return stats + sum(1 for at in self.hints.values() if at + HINT_SETTLE_S > settled)
+        """GitHub's count plus webhook hints (what GitHub is told about; status)."""
+        return self.counted() + self.hinted()
+
+    def restore(self, row: dict[str, Any]) -> None:
+        """A job from the store (tracked before a restart)."""
+        job_id = str(row.get("job_id") or "")
+        if not job_id or job_id in self.jobs or row.get("state") not in STAGES:
+            return
+        job = JobSeen(job_id, self.name)
+        for key in ROW_KEYS[2:]:
+            if row.get(key) is not None:
+                setattr(job, key, row[key])
+        job.waits_observed = job.started_at is not None
+        self.jobs[job_id] = job
 
     def set_statistics(self, statistics: dict[str, Any] | None, now: float) -> None:
         if isinstance(statistics, dict) and statistics:
@@ -142,6 +191,8 @@ def apply_message(state: SetState, message: dict[str, Any], now: float) -> tuple
         state.hints.pop(job_id, None)
         job = state.job(job_id, now)
         job.repo = job.repo or f"{event.get('ownerName', '')}/{event.get('repositoryName', '')}".strip("/")
+        job.workflow = job.workflow or workflow_of(event.get("jobWorkflowRef"))
+        job.name = job.name or str(event.get("jobDisplayName") or "")
         job.queued_at = job.queued_at or epoch(event.get("queueTime"))
         job.assigned_at = job.assigned_at or epoch(event.get("scaleSetAssignTime"))
         if kind == "JobAssigned":
@@ -169,6 +220,8 @@ def apply_webhook(state: SetState, payload: dict[str, Any], now: float) -> list[
     action = payload.get("action")
     job = state.job(job_id, now)
     job.repo = job.repo or str((payload.get("repository") or {}).get("full_name", ""))
+    job.workflow = job.workflow or str(data.get("workflow_name") or "")
+    job.name = job.name or str(data.get("name") or "")
     job.queued_at = job.queued_at or epoch(data.get("created_at"))
     if action == "queued":
         if job.state == "queued" and job_id not in state.hints:
@@ -186,6 +239,13 @@ def apply_webhook(state: SetState, payload: dict[str, Any], now: float) -> list[
             str(data.get("conclusion")), data.get("conclusion") or job.result)
         return [Effect("completed", job.runner, job)] if _advance(job, "completed") else []
     return []
+
+
+def workflow_of(ref: Any) -> str:
+    """``my-org/app/.github/workflows/ci.yml@refs/heads/main`` -> ``.github/workflows/ci.yml``."""
+    text = str(ref or "").split("@", 1)[0]
+    marker = text.find("/.github/")
+    return text[marker + 1:] if marker >= 0 else text
 
 
 def matches(labels: list[str], scale_set_labels: frozenset[str]) -> bool:

@@ -1,8 +1,9 @@
 """One reconcile pass over every scale set: look, clean up, scale, step.
 
 1. **Look**: each provider's nodes and VMs (one call each), GitHub's runner listing
-   (on full passes, and every few seconds while runners are connecting), and each scale
-   set's statistics (full passes: the backstop for lost messages).
+   (on full passes, and every few seconds while runners are connecting or a verdict
+   waits for it), and each scale set's statistics (full passes: the backstop for lost
+   messages, with the REST API asked for jobs GitHub counts that Keel has not heard of).
 2. **Adopt** VMs that carry this installation's tag, or a runner's name, that Keel does
    not know, from the ``keel-runner:`` line of their description.
 3. **Check** each runner: a VM that ended is deleted (its job completed, or it is lost);
@@ -11,30 +12,31 @@
    its VM runs on (a ghost), one whose job is done but whose VM stays up, are removed.
    Registrations of runners Keel has no VM for are swept once offline for
    ``start_timeout`` (orphaned).
-4. **Scale**: idle runners past desired go (scaled down); at most one idle runner per
-   scale set and pass is replaced for being outdated or past ``max_idle_age``; then
-   runners are created, highest priority first, scale sets of equal priority taking
-   turns, each tried on its providers in placement order.
+4. **Scale** (``scaling``): idle runners past demand go, then runners are created.
 5. **Step** every runner being created or removed.
+
+**Never on stale data.**  What GitHub says of a runner is read from a listing, and a
+runner is judged by it (never connected, disconnected, stuck, a ghost) only with a
+listing taken after the runner's time ran out, and only while GitHub can be heard: a
+listing that failed, or a rate limit, keeps every runner as it is.  A VM that ended is
+deleted at once (its room is free), but whether its job completed or it was lost is
+decided by a listing taken after it ended, or by the job's own message
+(``svc.verdicts``), however long GitHub takes to answer.
+
+``due(svc, now)`` is when the next pass has something to do: a backoff or hold that ends,
+a runner's next step or deadline, a listing to take; the service's loop sleeps until then.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from typing import TYPE_CHECKING, Any
 
 from keel.errors import KeelError
-from keel.runners import lifecycle
+from keel.runners import lifecycle, scaling
 from keel.runners.demand import epoch
-from keel.runners.github import RateLimited
-from keel.runners.proxmox import ClusterView, Refused
-from keel.runners.record import CREATING, TAG, Runner, read_description
-from keel.runners.scaler import want
-from keel.runners.spec import ScaleSetSettings
-
-if TYPE_CHECKING:
-    from keel.runners.service import RunnerService
+from keel.runners.proxmox import ClusterView
+from keel.runners.record import CREATING, REMOVING, TAG, Runner, read_description
+from keel.runners.state import Fleet
 
 log = logging.getLogger("keel.runners")
 
@@ -42,53 +44,97 @@ LISTING_EVERY_S = 5.0            # while runners are connecting (Rungar: 5 s, re
 GHOST_GRACE_S = 60.0             # registration gone, VM still running: a ghost after this
 DONE_GRACE_S = 60.0              # job done, VM should power off by itself within this
 UNREACHABLE_S = 300.0            # a provider unreachable this long: its runners are written off
-# Statistics and messages arrive apart: a job's end can show in the statistics a moment before
-# its JobCompleted message frees its runner.  An excess must last this long before an idle
-# runner goes, so that no runner is removed just before its job reaches it (ARC #4000).
-SCALE_DOWN_AFTER_S = 10.0
+VERDICT_KEEP_S = 86400.0         # a verdict GitHub never allows is dropped after a day
+DONE_LOOK_S = 0.25               # a runner done with its job: its VM is looked at this often till it is off
 STALE_JOBS_PER_PASS = 10
 
 
-def run_pass(svc: "RunnerService", full: bool) -> None:
-    now = svc.clock()
+def run_pass(svc: Fleet, full: bool) -> None:
+    now = svc.last_pass_at = svc.clock()
     svc.placement.expire(now)
+    svc.shared.reload()
     svc.ensure_github()
     views = _look(svc, now)
-    connecting = any(r.phase == "ready" and r.connected_at is None for r in svc.runners.values())
-    if full or (connecting and now - svc.listing_at >= LISTING_EVERY_S):
+    if full or (_listing_wanted(svc) and now - svc.listing_at >= LISTING_EVERY_S):
         _list(svc, now)
     if full:
         _statistics(svc, now)
+        scaling.confirm(svc, now)
     if full or not svc.adopted_once:
         adopt(svc, views)
     for runner in list(svc.runners.values()):
         if _acting(svc, runner.scale_set):
             _check(svc, runner, views, now)
+    _judge(svc, now)
     if full:
         _sweep_orphans(svc, now)
         _stale_jobs(svc, now)
-    _scale(svc, views, now)
-    for runner in list(svc.runners.values()):
-        if runner.name in svc.runners and _acting(svc, runner.scale_set):
-            view = views.get(runner.provider)
-            vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
-            lifecycle.step(svc, runner, vm, view is not None)
+    _step(svc, views, removing=True)        # a runner that went stops counting before scaling
+    scaling.scale(svc, views, now)
+    _step(svc, views)                       # the rest, and those scaling just began to remove
     for name in svc.sets:
         svc.sets[name].last_reconcile = now if full else svc.sets[name].last_reconcile
 
 
-def step_only(svc: "RunnerService") -> None:
-    """Step the runners being created or removed, and nothing else (while stopping)."""
-    now = svc.clock()
-    views = _look(svc, now)
+def due(svc: Fleet, now: float) -> float:
+    """The earliest time a pass has something to do (``now``: at once): of the times something
+    falls due, the first after the last pass."""
+    times = [svc.placement.next_change(svc.last_pass_at), svc.github.blocked_until]
+    times += [state.retry_at for state in svc.sets.values() if state.session is None and state.retry_at]
+    for state in svc.sets.values():
+        if state.excess_since is not None:
+            times.append(state.excess_since + scaling.SCALE_DOWN_AFTER_S)
+    if _listing_wanted(svc):
+        times.append(svc.listing_at + LISTING_EVERY_S)
+    for runner in svc.runners.values():
+        if runner.provider in svc.unreachable:
+            continue                        # stepped when its provider answers (a full pass looks)
+        ss = svc.settings.scale_set(runner.scale_set)
+        timeout = ss.start_timeout_s if ss is not None else 0.0
+        if runner.phase in CREATING or runner.phase in REMOVING or runner.reason:
+            times.append(runner.next_at)
+            if runner.phase in CREATING:
+                times.append(runner.created_at + timeout)
+            continue
+        if runner.done:                     # its VM powers off soon: that is room to see at once
+            times += [svc.last_pass_at + DONE_LOOK_S, (runner.done_at or now) + DONE_GRACE_S]
+        elif runner.connected_at is None and runner.busy_since is None:
+            times.append(runner.created_at + timeout)
+        if runner.offline_since is not None:
+            times.append(runner.offline_since + timeout)
+        if runner.missing_since is not None:
+            times.append(runner.missing_since + GHOST_GRACE_S)
+        if ss is not None and ss.max_age_s is not None:
+            times.append(runner.created_at + ss.max_age_s)
+    # What fell due before the last pass was seen to by it: a deadline Keel may not act on yet
+    # (GitHub silent, a listing to wait for) does not make every turn of the loop a pass.
+    later = [t for t in times if t is not None and t > svc.last_pass_at]
+    return max(now, min(later)) if later else float("inf")
+
+
+def _listing_wanted(svc: Fleet) -> bool:
+    """A listing would settle something: a runner connecting, one offline or missing, a verdict."""
+    return bool(svc.verdicts) or any(
+        (r.phase == "ready" and r.connected_at is None) or r.offline_since is not None
+        or r.missing_since is not None for r in svc.runners.values())
+
+
+def _step(svc: Fleet, views: dict[str, ClusterView], removing: bool | None = None) -> None:
+    """Step the runners being removed (``removing``), or the others (not), or all (None)."""
     for runner in list(svc.runners.values()):
-        if runner.name in svc.runners and _acting(svc, runner.scale_set):
+        going = runner.phase in REMOVING or runner.reason is not None
+        if runner.name in svc.runners and _acting(svc, runner.scale_set) and removing in (None, going):
             view = views.get(runner.provider)
             vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
             lifecycle.step(svc, runner, vm, view is not None)
 
 
-def _acting(svc: "RunnerService", scale_set: str) -> bool:
+def step_only(svc: Fleet) -> None:
+    """Step the runners being created or removed, and nothing else (while stopping)."""
+    _step(svc, _look(svc, svc.clock()))
+
+
+def _acting(svc: Fleet, scale_set: str) -> bool:
     """Keel acts for a scale set only while it holds its message session; the runners of a
     scale set that left the config are its own to remove."""
     state = svc.sets.get(scale_set)
@@ -100,7 +146,7 @@ def _acting(svc: "RunnerService", scale_set: str) -> bool:
 # -- 1. look -------------------------------------------------------------------------------------
 
 
-def _look(svc: "RunnerService", now: float) -> dict[str, ClusterView]:
+def _look(svc: Fleet, now: float) -> dict[str, ClusterView]:
     views: dict[str, ClusterView] = {}
     for name, provider in svc.providers.items():
         try:
@@ -112,17 +158,18 @@ def _look(svc: "RunnerService", now: float) -> dict[str, ClusterView]:
     return views
 
 
-def _list(svc: "RunnerService", now: float) -> None:
+def _list(svc: Fleet, now: float) -> None:
+    known = svc.github_quiet(now)
     try:
         listing = svc.github.list_runners()
-    except KeelError as err:
-        log.warning("cannot list GitHub's runners: %s", err)
+    except KeelError as err:                # warned once an outage: the status shows it meanwhile
+        (log.info if known else log.warning)("cannot list GitHub's runners: %s", err)
         return
     svc.listing = {r["name"]: r for r in listing if svc.name_pattern.match(str(r.get("name", "")))}
     svc.listing_at = now
 
 
-def _statistics(svc: "RunnerService", now: float) -> None:
+def _statistics(svc: Fleet, now: float) -> None:
     for state in svc.sets.values():
         if state.session is None or state.scale_set_id is None:
             continue
@@ -137,7 +184,7 @@ def _statistics(svc: "RunnerService", now: float) -> None:
 # -- 2. adopt ------------------------------------------------------------------------------------
 
 
-def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
+def adopt(svc: Fleet, views: dict[str, ClusterView]) -> None:
     """VMs of this installation Keel does not know, found by tag or by a runner's name."""
     known = {(r.provider, r.vmid) for r in svc.runners.values()}
     mine = f"{TAG}-{svc.installation}"
@@ -177,7 +224,7 @@ def adopt(svc: "RunnerService", views: dict[str, ClusterView]) -> None:
 # -- 3. check ------------------------------------------------------------------------------------
 
 
-def _check(svc: "RunnerService", runner: Runner, views: dict[str, ClusterView], now: float) -> None:
+def _check(svc: Fleet, runner: Runner, views: dict[str, ClusterView], now: float) -> None:
     if runner.provider not in svc.providers:     # its provider left the config: out of reach
         runner.reason = runner.reason or "unreachable"
         lifecycle._gone(svc, runner)
@@ -203,28 +250,61 @@ def _check(svc: "RunnerService", runner: Runner, views: dict[str, ClusterView], 
             lifecycle.remove(svc, runner, "never_connected")
         return
     _registration(svc, runner, now)
+    quiet = svc.github_quiet(now)
+    seen = svc.listing_at                   # what GitHub says of it was taken then
     if vm is None or vm.status != "running":
-        gone = runner.done or (runner.missing_since is not None)
-        lifecycle.remove(svc, runner, "job_completed" if gone else "ended")
+        runner.ended_at = runner.ended_at or now
+        svc.room_freed(runner.provider)
+        if runner.done or runner.missing_since is not None:
+            lifecycle.remove(svc, runner, "job_completed")
+        elif seen >= runner.ended_at and not quiet:
+            lifecycle.remove(svc, runner, "ended")
+        else:                               # deleted now; why it ended is asked of GitHub later
+            lifecycle.remove(svc, runner, "ended", verdict_pending=True)
     elif runner.done:
         if now - (runner.done_at or now) > DONE_GRACE_S:
             lifecycle.remove(svc, runner, "job_completed", forced=True)
-    elif runner.missing_since is not None and now - runner.missing_since > GHOST_GRACE_S:
-        lifecycle.remove(svc, runner, "unregistered", forced=True)
-    elif runner.connected_at is None and runner.busy_since is None and \
-            now - runner.created_at > ss.start_timeout_s:
-        lifecycle.remove(svc, runner, "never_connected")
-    elif runner.busy_since is not None and runner.offline_since is not None and \
-            now - runner.offline_since > ss.start_timeout_s:
-        lifecycle.remove(svc, runner, "stuck", forced=True)
-    elif runner.busy_since is None and runner.offline_since is not None and \
-            now - runner.offline_since > ss.start_timeout_s:
-        lifecycle.remove(svc, runner, "disconnected")
     elif ss.max_age_s is not None and now - runner.created_at > ss.max_age_s:
         lifecycle.remove(svc, runner, "expired", forced=True)
+    elif quiet:
+        return                              # GitHub cannot be heard: its silence says nothing
+    elif runner.missing_since is not None and seen - runner.missing_since > GHOST_GRACE_S:
+        lifecycle.remove(svc, runner, "unregistered", forced=True)
+    elif runner.connected_at is None and runner.busy_since is None and \
+            seen - runner.created_at > ss.start_timeout_s:
+        lifecycle.remove(svc, runner, "never_connected")
+    elif runner.busy_since is not None and runner.offline_since is not None and \
+            seen - runner.offline_since > ss.start_timeout_s:
+        lifecycle.remove(svc, runner, "stuck", forced=True)
+    elif runner.busy_since is None and runner.offline_since is not None and \
+            seen - runner.offline_since > ss.start_timeout_s:
+        lifecycle.remove(svc, runner, "disconnected")
 
 
-def _registration(svc: "RunnerService", runner: Runner, now: float) -> None:
+def _judge(svc: Fleet, now: float) -> None:
+    """Runners whose VM ended while GitHub was silent: their job's end, or a listing taken
+    after they ended, says whether they completed it or were lost."""
+    if not svc.verdicts:
+        return
+    quiet = svc.github_quiet(now)
+    completed = {j.runner for s in svc.sets.values() for j in s.jobs.values()
+                 if j.state == "completed" and j.runner}
+    for name, (runner, ended_at) in list(svc.verdicts.items()):
+        if name in completed:
+            runner.reason = "job_completed"
+        elif not quiet and svc.listing_at >= ended_at:
+            runner.reason = "ended" if name in svc.listing else "job_completed"
+        elif now - ended_at > VERDICT_KEEP_S:
+            del svc.verdicts[name]
+            continue
+        else:
+            continue
+        runner.verdict_pending = False
+        del svc.verdicts[name]
+        lifecycle.count(svc, runner)
+
+
+def _registration(svc: Fleet, runner: Runner, now: float) -> None:
     """What GitHub's listing says of the runner, if the listing is newer than its registration."""
     if svc.listing_at <= (runner.registered_at or 0.0):
         return
@@ -236,16 +316,18 @@ def _registration(svc: "RunnerService", runner: Runner, now: float) -> None:
     if runner.runner_id is None and reg.get("id") is not None:      # adopted without it
         runner.runner_id = int(reg["id"])
     if reg.get("status") == "online":
-        runner.connected_at = runner.connected_at or now
+        runner.connected_at = runner.connected_at or svc.listing_at
         runner.offline_since = None
     elif runner.connected_at is not None or runner.busy_since is not None:
-        runner.offline_since = runner.offline_since or now
+        runner.offline_since = runner.offline_since or svc.listing_at
     if reg.get("busy") and runner.busy_since is None:
-        runner.busy_since = now
+        runner.busy_since = svc.listing_at
 
 
-def _sweep_orphans(svc: "RunnerService", now: float) -> None:
+def _sweep_orphans(svc: Fleet, now: float) -> None:
     """Registrations of ours with no runner behind them, offline long enough: removed."""
+    if svc.github_quiet(now):
+        return
     acting = {name for name in svc.sets if _acting(svc, name)}
     for name, reg in list(svc.listing.items()):
         if name in svc.runners:
@@ -273,17 +355,20 @@ def _sweep_orphans(svc: "RunnerService", now: float) -> None:
             svc.orphans.pop(name, None)
 
 
-def _stale_jobs(svc: "RunnerService", now: float) -> None:
+def _stale_jobs(svc: Fleet, now: float) -> None:
     """Jobs still open here long after their runner went (a lost JobCompleted): asked of GitHub's
     REST API, a few per pass, so the jobs shown and counted end too."""
     asked = 0
     window = 2 * svc.settings.reconcile_interval_s
     for state in svc.sets.values():
+        # A job not started yet is asked about only if Keel tracks more than GitHub counts.
+        excess = state.stats_at is not None and state.known() > state.counted()
         for job in list(state.open_jobs()):
             if asked >= STALE_JOBS_PER_PASS:
                 return
             runner = svc.runners.get(job.runner or "")
-            if now - job.seen_at < window or (runner is not None and not runner.done) or "/" not in job.repo:
+            if now - job.seen_at < window or (runner is not None and not runner.done) or "/" not in job.repo \
+                    or (job.runner is None and not excess):
                 continue
             asked += 1
             try:
@@ -302,139 +387,3 @@ def _stale_jobs(svc: "RunnerService", now: float) -> None:
                 job.seen_at = now                       # still going: ask again later
 
 
-# -- 4. scale ------------------------------------------------------------------------------------
-
-
-def _scale(svc: "RunnerService", views: dict[str, ClusterView], now: float) -> None:
-    needs: dict[str, int] = {}
-    for ss in svc.settings.scale_sets:
-        state = svc.sets[ss.name]
-        if state.session is None:
-            continue
-        w = want(ss, now, state.assigned(now))
-        svc.wants[ss.name] = w
-        if state.min_runners is not None and state.min_runners != w.min_runners:
-            svc.store.event(now, "min_runners_changed", ss.name, "", "",
-                            f"{state.min_runners} -> {w.min_runners}")
-        state.min_runners = w.min_runners
-        mine = [r for r in svc.runners.values() if r.scale_set == ss.name]
-        alive = [r for r in mine if r.alive]
-        excess = len(alive) - w.desired
-        if excess <= 0:
-            state.excess_since = None
-        elif state.excess_since is None:
-            state.excess_since = now
-        elif now - state.excess_since >= SCALE_DOWN_AFTER_S or w.max_runners == 0:
-            _scale_down(svc, ss, alive, excess)
-        _replace_one(svc, ss, alive, now)
-        alive = [r for r in mine if r.alive]
-        counted = sum(1 for r in mine if r.counted)
-        need = min(w.desired - len(alive), w.max_runners - counted)
-        if need > 0:
-            needs[ss.name] = need
-    pending = _pending(svc, views)
-    order = sorted((s for s in svc.settings.scale_sets if s.name in needs),
-                   key=lambda s: (-s.priority, svc.settings.scale_sets.index(s)))
-    for priority in sorted({s.priority for s in order}, reverse=True):
-        turn = [s for s in order if s.priority == priority]
-        while turn:
-            for ss in list(turn):
-                if needs[ss.name] <= 0 or not _create_one(svc, ss, views, pending, now):
-                    turn.remove(ss)
-                    if needs[ss.name] > 0:
-                        svc.meters.inc("keel_scale_up_failures_total",
-                                        {"scale_set": ss.name, "reason": svc.last_failure.get(ss.name,
-                                                                                            "no_capacity")})
-                    continue
-                needs[ss.name] -= 1
-    for ss in svc.settings.scale_sets:           # a holder that still wants room renews its holds
-        if needs.get(ss.name, 0) > 0:
-            for entry in ss.providers:
-                if svc.placement.backoff_until(ss.name, entry.name, now):
-                    svc.placement.renew(ss.name, entry.name, now)
-
-
-def _scale_down(svc: "RunnerService", ss: ScaleSetSettings, alive: list[Runner], excess: int) -> None:
-    if excess <= 0:
-        return
-    current = {e.name: e.runner.revision for e in ss.providers}
-    spare = [r for r in alive if r.state == "idle"] + [r for r in alive if r.state == "starting"]
-    spare.sort(key=lambda r: (r.state != "idle", current.get(r.provider) == r.revision, r.created_at))
-    for runner in spare[:excess]:
-        lifecycle.remove(svc, runner, "scaled_down")
-
-
-def _replace_one(svc: "RunnerService", ss: ScaleSetSettings, alive: list[Runner], now: float) -> None:
-    """One idle runner per pass: made from an older runner block, or past max_idle_age."""
-    current = {e.name: e.runner.revision for e in ss.providers}
-    for runner in sorted(alive, key=lambda r: r.created_at):
-        if runner.state != "idle" or runner.reason is not None:
-            continue
-        if runner.revision and current.get(runner.provider, runner.revision) != runner.revision:
-            lifecycle.remove(svc, runner, "outdated")
-            return
-        if ss.max_idle_age_s is not None and now - runner.created_at > ss.max_idle_age_s:
-            lifecycle.remove(svc, runner, "expired")
-            return
-
-
-def _pending(svc: "RunnerService", views: dict[str, ClusterView]) -> dict[str, dict[str, int]]:
-    """Per provider and node: memory Keel's runners there will still take (full size until used)."""
-    pending: dict[str, dict[str, int]] = {name: {} for name in svc.providers}
-    for runner in svc.runners.values():
-        if not runner.alive or runner.node is None:
-            continue
-        view = views.get(runner.provider)
-        vm = view.vms.get(runner.vmid) if view is not None and runner.vmid is not None else None
-        used = vm.mem if vm is not None and vm.status == "running" and vm.node == runner.node else 0
-        nodes = pending[runner.provider]
-        nodes[runner.node] = nodes.get(runner.node, 0) + max(0, runner.memory_bytes - used)
-    return pending
-
-
-def _create_one(svc: "RunnerService", ss: ScaleSetSettings, views: dict[str, ClusterView],
-                pending: dict[str, dict[str, int]], now: float) -> bool:
-    counts: dict[str, int] = {}
-    for runner in svc.runners.values():
-        if runner.scale_set == ss.name and runner.alive:
-            counts[runner.provider] = counts.get(runner.provider, 0) + 1
-    weights = {p.name: p.weight for p in svc.settings.providers}
-    order = svc.placement.order(ss.placement, [e.name for e in ss.providers], weights, counts)
-    svc.last_failure[ss.name] = "no_capacity"
-    for name in order:
-        settings = svc.settings.provider(name)
-        entry = ss.provider(name)
-        if settings is None or entry is None or settings.disabled or name not in views:
-            continue
-        if settings.max_runners is not None and sum(
-                1 for r in svc.runners.values() if r.provider == name and r.counted) >= settings.max_runners:
-            continue
-        if svc.placement.held_back(ss.name, ss.priority, name, now) is not None:
-            continue
-        if svc.placement.backoff_until(ss.name, name, now) is not None:
-            svc.placement.renew(ss.name, name, now)
-            continue
-        provider = svc.providers[name]
-        try:
-            node = provider.choose(views[name], entry.runner, pending[name])
-            lifecycle.begin(svc, ss, provider, entry.runner, node, views[name])
-        except Refused as refusal:
-            svc.refused(ss, name, refusal)
-            continue
-        except lifecycle.GitHubRefused as err:
-            svc.last_failure[ss.name] = "error"
-            log.warning("GitHub would not register a runner for %s: %s", ss.name, err)
-            return False
-        except RateLimited:
-            svc.last_failure[ss.name] = "error"
-            return False
-        svc.placement.succeeded(ss.name, name)
-        pending[name][node] = pending[name].get(node, 0) + entry.runner.memory_bytes
-        return True
-    return False
-
-
-def name_pattern(names: list[str]) -> Any:
-    """Runner (and VM) names of these scale sets: ``<scale set>-<8 hex digits>``."""
-    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!)"
-    return re.compile(rf"^({alternatives})-[0-9a-f]{{8}}$")

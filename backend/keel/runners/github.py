@@ -9,7 +9,10 @@ renewed a minute before it expires.  A 401 renews the credential and retries onc
 Rate limits are honoured, never hammered: a 403 or 429 with ``retry-after`` waits that
 long, one with ``x-ratelimit-remaining: 0`` waits until ``x-ratelimit-reset``, and
 another 429 waits 60 s, doubling.  Until then every call raises ``RateLimited`` without
-touching the network.  Errors are Keel's (``AuthError``, ``PermissionDeniedError``,
+touching the network.  ``trouble_since`` says since when GitHub has not answered (no
+answer, or a 5xx), ``rate_limit`` what its rate limit had left at its last answer: while
+GitHub cannot be heard, what it does not say is no evidence (``state.Fleet.github_quiet``).
+Errors are Keel's (``AuthError``, ``PermissionDeniedError``,
 ``NotFoundError``, ``BusyError``, ``UnavailableError``) with GitHub's own words and the
 path, never a token, a key or a JIT config.
 
@@ -98,6 +101,9 @@ class GitHubClient:
         self._blocked: dict[str, float] = {}                   # "rest"|"service" -> until
         self._backoff: dict[str, float] = {}
         self._key: str | None = None
+        self.trouble_since: float | None = None               # no answer, or 5xx, since
+        self.trouble: str | None = None
+        self.rate_limit: dict[str, int] = {}                   # resource -> x-ratelimit-remaining
         # keel-engine's leader fence (engine.lease.Fence), called before each write that acts
         # for the leader: registrations, JIT configs, jobs, sessions; None: always allowed.
         self.fence: Callable[[str], None] | None = None
@@ -140,6 +146,26 @@ class GitHubClient:
             return self._rest("GET", f"{self.api}/repos/{repo}/actions/jobs/{job_id}").json()
         except NotFoundError:
             return None
+
+    def repositories(self) -> list[str]:
+        """The repositories whose jobs may come to the scope's runners (``owner/name``): the
+        scope's own for a repository, the App installation's otherwise (first 100)."""
+        if self.scope_kind == "repos":
+            return [self.scope]
+        if self.settings.token_path:
+            return []
+        data = self._rest("GET", f"{self.api}/installation/repositories?per_page=100").json()
+        return [str(r["full_name"]) for r in data.get("repositories", []) if r.get("full_name")]
+
+    def queued_jobs(self, repo: str) -> list[dict[str, Any]]:
+        """Jobs of ``repo`` waiting for a runner (REST: queued runs, then their jobs)."""
+        runs = self._rest("GET", f"{self.api}/repos/{repo}/actions/runs?status=queued&per_page=100").json()
+        jobs: list[dict[str, Any]] = []
+        for run in runs.get("workflow_runs", [])[:20]:
+            data = self._rest("GET", f"{self.api}/repos/{repo}/actions/runs/{int(run['id'])}/jobs").json()
+            jobs += [{**j, "workflow_name": j.get("workflow_name") or run.get("name")}
+                     for j in data.get("jobs", []) if j.get("status") == "queued"]
+        return jobs
 
     # -- the Actions service: scale sets ------------------------------------------------------
 
@@ -320,12 +346,28 @@ class GitHubClient:
                                        timeout=timeout or self.settings.timeout_s, verify=self.verify)
         except requests.exceptions.RequestException as err:
             self.requests_total["error"] += 1
-            raise UnavailableError(f"cannot reach GitHub ({method} {path}): {type(err).__name__}") from None
+            message = f"cannot reach GitHub ({method} {path}): {type(err).__name__}"
+            self._heard(None, message)
+            raise UnavailableError(message) from None
         self.requests_total[str(response.status_code)] += 1
+        self._heard(response, f"GitHub {method} {path}: {response.status_code}")
         if response.status_code in expect:
             self._backoff.pop(kind, None)
             return response
         raise self._error(kind, method, path, response)
+
+    def _heard(self, response: requests.Response | None, what: str) -> None:
+        """How GitHub answered (or did not): its health, and its rate limit."""
+        if response is not None:
+            remaining = response.headers.get("x-ratelimit-remaining", "")
+            if remaining.isdigit():
+                self.rate_limit[response.headers.get("x-ratelimit-resource") or "core"] = int(remaining)
+        if response is None or response.status_code >= 500:
+            if self.trouble_since is None:
+                self.trouble_since = self.clock()
+            self.trouble = what
+        else:
+            self.trouble_since, self.trouble = None, None
 
     def _error(self, kind: str, method: str, path: str, response: requests.Response) -> KeelError:
         status = response.status_code

@@ -17,39 +17,33 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import TYPE_CHECKING
-
 from keel.errors import KeelError
 from keel.runners.github import Conflict, StillRunning
-from keel.runners.proxmox import ClusterView, ProxmoxProvider, Refused, VmidTaken, VmView, task_refusal
+from keel.runners.metrics import LOST_REASONS, REMOVED_REASONS  # noqa: F401 (the reasons, by name)
+from keel.runners.proxmox import ProxmoxProvider, Refused, Spot, VmidTaken, VmView, task_refusal
 from keel.runners.record import REMOVING, Runner, description, tags
 from keel.runners.spec import RunnerSpec, ScaleSetSettings
-
-if TYPE_CHECKING:
-    from keel.runners.service import RunnerService
+from keel.runners.state import Fleet
 
 log = logging.getLogger("keel.runners")
 
 VMID_TRIES = 3
 TASK_POLL_S = 1.0
-PING_EVERY_S = 2.0
+PING_EVERY_S = 1.0
 RETRY_S = 5.0
 NOT_COUNTED = ("failed",)        # never had a machine: not a removal
-# Why a runner was removed (keel_runners_removed_total) or lost (keel_runners_lost_total).
-REMOVED_REASONS = ("job_completed", "scaled_down", "never_connected", "unregistered", "disconnected",
-                   "stuck", "outdated", "expired", "requested", "orphaned")
-LOST_REASONS = ("ended", "unreachable")
 
 
 class GitHubRefused(Exception):
     """GitHub would not register the runner: stop creating for this scale set this pass."""
 
 
-def begin(svc: "RunnerService", ss: ScaleSetSettings, provider: ProxmoxProvider, spec: RunnerSpec,
-          node: str, view: ClusterView) -> Runner:
+def begin(svc: Fleet, ss: ScaleSetSettings, provider: ProxmoxProvider, spec: RunnerSpec,
+          spot: Spot) -> Runner:
     """Register a runner and request its VM's clone.  ``Refused`` if the provider will not
     (the registration is removed again); ``GitHubRefused`` if GitHub would not register it."""
     now = svc.clock()
+    node = spot.node
     runner = Runner(f"{ss.name}-{secrets.token_hex(4)}", ss.name, provider.name, node=node,
                     memory_bytes=spec.memory_bytes, cores=spec.cores, revision=spec.revision,
                     created_at=now)
@@ -66,7 +60,7 @@ def begin(svc: "RunnerService", ss: ScaleSetSettings, provider: ProxmoxProvider,
         try:
             runner.vmid = provider.next_vmid()
             svc.save(runner)
-            runner.upid = provider.clone(view, spec, runner.name, runner.vmid, node,
+            runner.upid = provider.clone(spot, spec, runner.name, runner.vmid,
                                          description(runner, svc.installation))
             break
         except VmidTaken:
@@ -89,7 +83,7 @@ def begin(svc: "RunnerService", ss: ScaleSetSettings, provider: ProxmoxProvider,
     return runner
 
 
-def step(svc: "RunnerService", runner: Runner, vm: VmView | None, reachable: bool) -> None:
+def step(svc: Fleet, runner: Runner, vm: VmView | None, reachable: bool) -> None:
     """One step forward for a runner being created or removed; nothing for one that is ready."""
     now = svc.clock()
     if now < runner.next_at or not reachable or runner.provider not in svc.providers:
@@ -106,13 +100,13 @@ def step(svc: "RunnerService", runner: Runner, vm: VmView | None, reachable: boo
         log.warning("runner %s (%s): %s; trying again in %.0f s", runner.name, runner.phase, err, RETRY_S)
 
 
-def _spec(svc: "RunnerService", runner: Runner) -> RunnerSpec | None:
+def _spec(svc: Fleet, runner: Runner) -> RunnerSpec | None:
     ss = svc.settings.scale_set(runner.scale_set)
     entry = ss.provider(runner.provider) if ss else None
     return entry.runner if entry else None
 
 
-def _create_step(svc: "RunnerService", runner: Runner, provider: ProxmoxProvider, vm: VmView | None,
+def _create_step(svc: Fleet, runner: Runner, provider: ProxmoxProvider, vm: VmView | None,
                  now: float) -> None:
     spec = _spec(svc, runner)
     if runner.phase == "clone":
@@ -170,18 +164,19 @@ def _create_step(svc: "RunnerService", runner: Runner, provider: ProxmoxProvider
                             now - runner.created_at)
 
 
-def _refused(svc: "RunnerService", runner: Runner, refusal: Refused) -> None:
+def _refused(svc: Fleet, runner: Runner, refusal: Refused) -> None:
     ss = svc.settings.scale_set(runner.scale_set)
     svc.refused(ss, runner.provider, refusal)
     remove(svc, runner, "failed")
 
 
-def remove(svc: "RunnerService", runner: Runner, reason: str, forced: bool = False) -> None:
-    """Start removing a runner (no call is made here)."""
+def remove(svc: Fleet, runner: Runner, reason: str, forced: bool = False, verdict_pending: bool = False) -> None:
+    """Start removing a runner (no call is made here).  ``verdict_pending``: its VM ended
+    while GitHub could not be heard; ``reason`` is a guess that is settled once it can."""
     if runner.reason is not None:
         runner.forced = runner.forced or forced
         return
-    runner.reason, runner.forced = reason, forced
+    runner.reason, runner.forced, runner.verdict_pending = reason, forced, verdict_pending
     runner.phase, runner.next_at = "unregister", 0.0
     runner.jit = None
     svc.save(runner)
@@ -189,7 +184,7 @@ def remove(svc: "RunnerService", runner: Runner, reason: str, forced: bool = Fal
         svc.event("removing", runner, reason)
 
 
-def _remove_step(svc: "RunnerService", runner: Runner, provider: ProxmoxProvider, vm: VmView | None,
+def _remove_step(svc: Fleet, runner: Runner, provider: ProxmoxProvider, vm: VmView | None,
                  now: float) -> None:
     if runner.phase == "unregister":
         if runner.runner_id is not None and not runner.unregistered:
@@ -251,10 +246,20 @@ def _remove_step(svc: "RunnerService", runner: Runner, provider: ProxmoxProvider
         _gone(svc, runner)
 
 
-def _gone(svc: "RunnerService", runner: Runner) -> None:
+def _gone(svc: Fleet, runner: Runner) -> None:
     svc.forget(runner)
+    if runner.cloned:
+        svc.room_freed(runner.provider)
     if runner.reason in NOT_COUNTED:
         return
+    if runner.verdict_pending:           # ended while GitHub was silent: judged once it speaks
+        svc.verdicts[runner.name] = (runner, runner.ended_at or svc.clock())
+        return
+    count(svc, runner)
+
+
+def count(svc: Fleet, runner: Runner) -> None:
+    """A runner gone, in the metrics and the events, with its reason."""
     labels = {"scale_set": runner.scale_set, "provider": runner.provider}
     if runner.reason in ("ended", "unreachable"):
         svc.meters.inc("keel_runners_lost_total", {**labels, "reason": str(runner.reason)})

@@ -2,7 +2,8 @@
 
 Counters and histograms are kept here as things happen; gauges come from the service's
 state each time ``render`` is called.  Every metric is named ``keel_``; the table below
-is what docs/runners.md lists.
+is what docs/runners.md lists.  A series that can be zero is there from the start and
+reads 0 (``seed``): every scale set and provider with each reason, result and kind.
 
     keel_runners_desired{scale_set="rungar-c8-m16"} 3
     keel_runners_current{scale_set="rungar-c8-m16",state="busy"} 2
@@ -12,7 +13,7 @@ is what docs/runners.md lists.
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from typing import Any, Iterable
 
 WAIT_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -36,14 +37,24 @@ METRICS = {
     "keel_provider_reachable": ("gauge", "1 if the provider's last listing succeeded."),
     "keel_provider_held": ("gauge", "1 while a scale set's hold keeps lower priorities off the provider."),
     "keel_provider_runners": ("gauge", "Runners on the provider, by scale set."),
-    "keel_github_blocked_until_seconds": ("gauge", "Until when GitHub asked Keel to wait (rate limit); "
-                                                   "0 if not."),
+    "keel_github_blocked_until_timestamp_seconds": ("gauge", "Until when GitHub asked Keel to wait (rate "
+                                                             "limit), as a Unix time; 0 if not."),
+    "keel_github_rate_limit_remaining": ("gauge", "Requests GitHub's rate limit has left (x-ratelimit-remaining "
+                                                  "of its last REST answer), by resource."),
+    "keel_github_reachable": ("gauge", "1 if GitHub answered Keel's last call; 0 while it is unreachable, "
+                                       "failing or asking Keel to wait (no runner is judged then)."),
+    "keel_jobs_waiting": ("gauge", "Jobs assigned to the scale set that no runner has taken yet: the queue."),
+    "keel_jobs_waiting_oldest_seconds": ("gauge", "How long the oldest job in the queue has waited; 0 if none."),
+    "keel_jobs_unconfirmed": ("gauge", "Jobs GitHub counts as assigned that Keel knows nothing of (phantoms "
+                                       "or a lost message): no runner until confirmed."),
+    "keel_scale_set_draining": ("gauge", "1 while the scale set is draining (keel runners drain)."),
     # counters
     "keel_runners_created_total": ("counter", "Runners whose VM clone was requested."),
     "keel_runners_removed_total": ("counter", "Runners removed, by reason."),
     "keel_runners_lost_total": ("counter", "Runners lost: their VM ended without their job completing "
                                            "(ended), or their provider was unreachable (unreachable)."),
-    "keel_scale_up_failures_total": ("counter", "Times a runner was wanted and none could be created."),
+    "keel_scale_up_failures_total": ("counter", "Runners wanted that could not be created when first wanted "
+                                                "(each counted once, however long it waits)."),
     "keel_provider_calls_total": ("counter", "Calls to the provider, by call and result."),
     "keel_provider_refusals_total": ("counter", "Runners a provider refused, by scale set and kind "
                                                 "(full, never, failing)."),
@@ -64,6 +75,16 @@ BUCKETS = {"keel_job_wait_seconds": WAIT_BUCKETS, "keel_job_runner_wait_seconds"
 
 Labels = tuple[tuple[str, str], ...]
 
+# Why a runner was removed (keel_runners_removed_total) or lost (keel_runners_lost_total).
+REMOVED_REASONS = ("job_completed", "scaled_down", "never_connected", "unregistered", "disconnected",
+                   "stuck", "outdated", "expired", "requested", "orphaned")
+LOST_REASONS = ("ended", "unreachable")
+FAILURE_REASONS = ("no_capacity", "error")
+JOB_RESULTS = ("succeeded", "failed", "canceled")
+REFUSAL_KINDS = ("full", "never", "failing")
+WEBHOOK_OUTCOMES = ("accepted", "duplicate", "bad_signature", "ignored")
+PROVIDER_CALLS = ("list", "create", "delete")
+
 
 def _labels(labels: dict[str, str] | None) -> Labels:
     return tuple(sorted((k, str(v)) for k, v in (labels or {}).items()))
@@ -82,6 +103,30 @@ class Metrics:
         with self._lock:
             key = (name, _labels(labels))
             self.counters[key] = self.counters.get(key, 0.0) + by
+
+    def seed(self, settings: Any) -> None:
+        """Every series of the configured scale sets and providers at 0, so that a rate or an
+        alert on it works from the start (a series that appears later is none until then)."""
+        zero = [("keel_webhooks_total", {"outcome": o}) for o in WEBHOOK_OUTCOMES]
+        for ss in settings.scale_sets:
+            name = {"scale_set": ss.name}
+            zero.append(("keel_jobs_started_total", name))
+            zero += [("keel_jobs_completed_total", {**name, "result": r}) for r in JOB_RESULTS]
+            zero += [("keel_scale_up_failures_total", {**name, "reason": r}) for r in FAILURE_REASONS]
+            for entry in ss.providers:
+                pair = {**name, "provider": entry.name}
+                zero.append(("keel_runners_created_total", pair))
+                zero += [("keel_runners_removed_total", {**pair, "reason": r}) for r in REMOVED_REASONS
+                         if r != "orphaned"]
+                zero += [("keel_runners_lost_total", {**pair, "reason": r}) for r in LOST_REASONS]
+                zero += [("keel_provider_refusals_total", {**pair, "kind": k}) for k in REFUSAL_KINDS]
+            zero.append(("keel_runners_removed_total", {**name, "provider": "", "reason": "orphaned"}))
+        for provider in settings.providers:
+            zero += [("keel_provider_calls_total", {"provider": provider.name, "call": c, "result": r})
+                     for c in PROVIDER_CALLS for r in ("ok", "error")]
+        with self._lock:
+            for metric, labels in zero:
+                self.counters.setdefault((metric, _labels(labels)), 0.0)
 
     def set_counter(self, name: str, labels: dict[str, str], value: float) -> None:
         with self._lock:

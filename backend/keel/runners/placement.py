@@ -8,6 +8,9 @@ Pure: no I/O, and time comes in as ``now``.
 * **Backoff** (``refused``/``succeeded``): a provider that refuses a scale set's runner, for
   whatever reason, is skipped by that scale set for 15 s, doubling with each refusal in a
   row up to 2 minutes; one runner created there forgives it.  Other scale sets still try it.
+  A *full* backoff also ends early when Keel itself frees room on that provider after the
+  refusal and the runner fits now (``ends_on_room``, then ``forgive``): the pass that sees
+  the room tries the scale sets in priority order, so the room goes to the highest first.
 * **Holds**: a scale set refused as *full* holds scale sets of lower priority back from
   that provider for two reconcile intervals, so that the next room freed there is its own.
   It renews the hold while it keeps wanting a runner there (``renew``) and ends it when it
@@ -43,6 +46,7 @@ class Backoff:
     until: float
     kind: str
     message: str = ""
+    at: float = 0.0          # when it was refused
 
 
 @dataclass
@@ -77,7 +81,7 @@ class Placement:
         previous = self.backoffs.get((scale_set, provider))
         refusals = previous.refusals + 1 if previous else 1
         wait = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (refusals - 1))
-        backoff = Backoff(refusals, now + wait, kind, message)
+        backoff = Backoff(refusals, now + wait, kind, message, now)
         self.backoffs[(scale_set, provider)] = backoff
         if kind == FULL and holds:
             self.hold(scale_set, priority, provider, now)
@@ -93,6 +97,25 @@ class Placement:
 
     def backoff(self, scale_set: str, provider: str) -> Backoff | None:
         return self.backoffs.get((scale_set, provider))
+
+    def ends_on_room(self, scale_set: str, provider: str, freed_at: float | None, now: float) -> bool:
+        """A "full" backoff still running that room freed since (at ``freed_at``) may end."""
+        backoff = self.backoffs.get((scale_set, provider))
+        return backoff is not None and backoff.until > now and backoff.kind == FULL and \
+            freed_at is not None and freed_at >= backoff.at
+
+    def forgive(self, scale_set: str, provider: str, now: float) -> None:
+        """The wait is over now (room was freed and the runner fits); the count of refusals in
+        a row stays, until a runner is created there."""
+        backoff = self.backoffs.get((scale_set, provider))
+        if backoff is not None:
+            backoff.until = min(backoff.until, now)
+
+    def next_change(self, after: float) -> float | None:
+        """When the first backoff or hold ends after ``after`` (the last pass): a pass is due then."""
+        ends = [b.until for b in self.backoffs.values() if b.until > after]
+        ends += [h.until for holds in self.holds.values() for h in holds.values() if h.until > after]
+        return min(ends, default=None)
 
     # -- holds -------------------------------------------------------------------------------
 

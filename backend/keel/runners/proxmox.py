@@ -5,7 +5,10 @@ one by default or another by ``url`` and token.  Each call returns at once: a cl
 start or a delete is a task whose UPID the caller checks on later (``task``).
 
 **Where a runner goes** (``choose``): of the allowed nodes that are online, the one with
-the most memory free that fits it.  Free is what Proxmox VE reports (``maxmem - mem``)
+the most memory free that fits it, cloned from the template's copy on that node if it has
+one, else from a copy on another node that is up (a linked clone across nodes needs the
+template on shared storage).  A template given by name is every template VM of that name;
+one given per node is those VMs; a copy on a node that is down is never cloned from.  Free is what Proxmox VE reports (``maxmem - mem``)
 less what Keel's own runners there will still take: each of them counts at its full
 size until it uses it, so a VM just started, or not yet cloned, is not taken for room.
 Cores are checked only against a node's size, since VMs share them.  Refusals:
@@ -14,7 +17,8 @@ Cores are checked only against a node's size, since VMs share them.  Refusals:
 * ``never``: no allowed node could ever hold it, or the template is missing or is not a
   template, or ``nodes`` names nodes the cluster does not have; also a clone PVE refuses
   for its setup (a linked clone of a template on local storage to another node);
-* ``failing``: no allowed node online, or Proxmox VE failed.
+* ``failing``: no allowed node online, no copy of the template on a node that is up, or
+  Proxmox VE failed.
 """
 
 from __future__ import annotations
@@ -68,6 +72,15 @@ class VmView:
     lock: str | None
 
 
+@dataclass(frozen=True)
+class Spot:
+    """Where a runner goes: its node, and the template (and its node) it is cloned from."""
+
+    node: str
+    template: int
+    source: str
+
+
 @dataclass
 class ClusterView:
     nodes: dict[str, NodeView] = field(default_factory=dict)
@@ -119,14 +132,34 @@ class ProxmoxProvider:
                     bool(row.get("template")), row.get("lock") or None)
         return view
 
-    def choose(self, view: ClusterView, spec: RunnerSpec, pending: dict[str, int]) -> str:
-        """The node for a runner of ``spec``, or ``Refused``; ``pending``: bytes Keel's runners
+    @staticmethod
+    def templates(view: ClusterView, spec: RunnerSpec) -> list[VmView]:
+        """The template VMs ``spec`` names, or ``Refused(NEVER)`` if there is none."""
+        if spec.template_name:
+            found = [vm for vm in view.vms.values() if vm.template and vm.name == spec.template_name]
+            if not found:
+                raise Refused(NEVER, f"no template named {spec.template_name} on the cluster")
+            return sorted(found, key=lambda vm: vm.vmid)
+        found = []
+        for node, vmid in spec.templates or (("", spec.template),):
+            vm = view.vms.get(vmid)
+            if vm is not None and vm.template and (not node or vm.node == node):
+                found.append(vm)
+        if not found:
+            vmid = spec.template_ids[0] if spec.template_ids else spec.template
+            vm = view.vms.get(vmid)
+            if len(spec.template_ids) > 1:
+                raise Refused(NEVER, f"none of the templates {spec.template_text} exists where named")
+            if vm is None:
+                raise Refused(NEVER, f"template {vmid} does not exist")
+            raise Refused(NEVER, f"VM {vmid} is not a template")
+        return found
+
+    def choose(self, view: ClusterView, spec: RunnerSpec, pending: dict[str, int]) -> Spot:
+        """Where a runner of ``spec`` goes, or ``Refused``; ``pending``: bytes Keel's runners
         on each node will still take."""
-        template = view.vms.get(spec.template)
-        if template is None:
-            raise Refused(NEVER, f"template {spec.template} does not exist")
-        if not template.template:
-            raise Refused(NEVER, f"VM {spec.template} is not a template")
+        copies = self.templates(view, spec)
+        up = [vm for vm in copies if vm.node in view.nodes and view.nodes[vm.node].online]
         allowed = list(self.settings.nodes) or sorted(view.nodes)
         known = [n for n in allowed if n in view.nodes]
         if not known:
@@ -140,30 +173,35 @@ class ProxmoxProvider:
         if not online:
             raise Refused(FAILING, f"no node that could hold {size} is online")
         free = {n: view.nodes[n].maxmem - view.nodes[n].mem - pending.get(n, 0) for n in online}
+        if not up:
+            down = ", ".join(f"{vm.vmid} on {vm.node}" for vm in copies)
+            raise Refused(FAILING, f"the template ({down}) is on no node that is up: give a copy on "
+                                   f"each node (template: {{node: VMID, ...}}, or by name)")
         fits = [n for n in online if free[n] >= spec.memory_bytes]
         if not fits:
             room = ", ".join(f"{n} {format_bytes(max(0, free[n]))}" for n in online)
             raise Refused(FULL, f"full: needs {format_bytes(spec.memory_bytes)}; free {room}")
-        return max(fits, key=lambda n: (free[n], -online.index(n)))
+        node = max(fits, key=lambda n: (free[n], -online.index(n)))
+        local = [vm for vm in up if vm.node == node]
+        source = (local or up)[0]
+        return Spot(node, source.vmid, source.node)
 
     # -- acting ----------------------------------------------------------------------------
 
     def next_vmid(self) -> int:
         return int(self.client.get("/cluster/nextid"))
 
-    def clone(self, view: ClusterView, spec: RunnerSpec, name: str, vmid: int, node: str,
-              description: str) -> str:
-        source = view.vms[spec.template].node
+    def clone(self, spot: Spot, spec: RunnerSpec, name: str, vmid: int, description: str) -> str:
         params: dict[str, Any] = {"newid": vmid, "name": name, "description": description,
                                   "full": spec.full_clone}
-        if node != source:
-            params["target"] = node
+        if spot.node != spot.source:
+            params["target"] = spot.node
         if spec.full_clone and spec.storage:
             params["storage"] = spec.storage
         if spec.pool:
             params["pool"] = spec.pool
         try:
-            upid = str(self.client.post(f"/nodes/{source}/qemu/{spec.template}/clone", **params))
+            upid = str(self.client.post(f"/nodes/{spot.source}/qemu/{spot.template}/clone", **params))
         except KeelError as err:
             self.count("create", "error")
             text = str(err)
@@ -235,5 +273,5 @@ def task_refusal(error: str) -> Refused:
     return Refused(_full_or_failing(error), error)
 
 
-__all__ = ["ClusterView", "NodeView", "ProxmoxProvider", "Refused", "TaskFailedError", "VmView",
+__all__ = ["ClusterView", "NodeView", "ProxmoxProvider", "Refused", "Spot", "TaskFailedError", "VmView",
            "VmidTaken", "task_refusal"]

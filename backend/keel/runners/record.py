@@ -54,6 +54,8 @@ class Runner:
     registered_at: float | None = None
     adopted: bool = False
     cloned: bool = False                    # its clone was requested: a VM exists or will
+    ended_at: float | None = None           # its VM was found ended (stopped or gone) at
+    verdict_pending: bool = False           # ended while GitHub was silent: why is asked later
     jit: str | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -7,103 +7,74 @@
     service.status()                # JSON-able: scale sets, providers, runners, recent jobs
     service.metrics()               # Prometheus text exposition
     service.handle_webhook(headers, body)   # a workflow_job delivery: (HTTP status, message)
+    service.control(name, action, who)      # pause, resume or drain a scale set at run time
     service.close()
 
 ``settings`` is the ``runners:`` section (``keel.runners.settings.RunnersSettings``);
 ``pve_client`` the ``PveClient`` of the cluster Keel runs on, used by providers without a
-``url``; ``store_path`` Keel's SQLite database; ``clock`` gives epoch seconds.
+``url``; ``store_path`` Keel's SQLite database; ``clock`` gives epoch seconds;
+``shared_dir`` (the engine's ``engine.shared_dir``) where operator controls and sessions
+are kept for every node (``shared``); ``clock_rate`` how many of ``clock``'s seconds pass
+in a real one (1; a test's simulator may run faster).
 
 ``run`` holds one message session per scale set, each long-polled by a thread of its own
-that hands messages to the loop and acknowledges them once taken in; the loop runs a
-light pass when a message, a webhook or a runner in flight calls for one, and a full
-pass (with GitHub's listing and statistics) every ``reconcile_interval``.  All state is
-changed by one thread at a time, under ``self.lock``.  When ``stop`` is set, the loop
-creates nothing more, carries the runners being created or removed to a resting point
-(for up to ``STOP_GRACE_S``), closes the sessions, and returns; the next service adopts
-what it left.
+that hands messages to the loop and acknowledges them once taken in.  The loop is driven
+by events: it runs a pass as soon as a message, a webhook, a control or room freed by a
+runner that went calls for one, and when something falls due (``fleet.due``: a backoff
+or hold ending, a runner's next step or deadline), sleeping in between; a full pass (with
+GitHub's listing and statistics) runs every ``reconcile_interval`` as the backstop.  All
+state is changed by one thread at a time, under ``self.lock``.  When ``stop`` is set, the
+loop creates nothing more, carries the runners being created or removed to a resting
+point (for up to ``STOP_GRACE_S``), closes the sessions, and returns; the next service
+adopts what it left.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import socket
 import threading
 import time
 from typing import Any, Callable, Mapping
 
-from keel.errors import FencedError, KeelError
-from keel.pve.client import PveClient, Target
-from keel.runners import fleet, status as status_view, webhooks
-from keel.runners.demand import SetState, apply_message, apply_webhook, matches
-from keel.runners.github import Conflict, GitHubClient, RateLimited
-from keel.runners.metrics import Metrics
-from keel.runners.placement import Placement
-from keel.runners.proxmox import ProxmoxProvider, Refused
-from keel.runners.record import CREATING, REMOVING, Runner
-from keel.runners.scaler import Want, want
-from keel.runners.spec import ProviderSettings, RunnersSettings, ScaleSetSettings, read_secret
-from keel.runners.store import RunnerStore
+from keel.errors import FencedError, InvalidError, KeelError, NotFoundError
+from keel.pve.client import PveClient
+from keel.runners import fleet, scaling, status as status_view, webhooks
+from keel.runners.demand import apply_message, apply_webhook, matches
+from keel.runners.github import RateLimited
+from keel.runners.record import CREATING, REMOVING
+from keel.runners.scaler import want
+from keel.runners.shared import ACTIONS
+from keel.runners.spec import RunnersSettings, read_secret
+from keel.runners.state import ERROR_WAIT_S, Fleet
 
 log = logging.getLogger("keel.runners")
 
-IN_FLIGHT_STEP_S = 0.25        # how often runners being created or removed are stepped
+MIN_PASS_GAP_S = 0.1           # passes called for only by something due: at most this often
+MAX_SLEEP_S = 5.0              # the loop looks at the shared controls at least this often
+STATUS_SAVE_S = 2.0            # the status `keel runners status` reads is saved this often
 STOP_GRACE_S = 60.0
-ERROR_WAIT_S = 5.0
 MIN_POLL_S = 0.5
+IN_FLIGHT_STEP_S = 0.25        # while stopping: runners in flight stepped this often
 
 
-class RunnerService:
+class RunnerService(Fleet):
     def __init__(self, settings: RunnersSettings, pve_client: PveClient | None, store_path: Any,
                  clock: Callable[[], float] = time.time, owner: str | None = None,
-                 fence: Callable[[str], None] | None = None):
-        self.settings = settings
-        self.fence = fence                # the engine's leader fence: every write checks it first
-        self.clock = clock
-        self.installation = settings.installation_id
-        self.owner = owner or f"keel@{socket.gethostname()}"
+                 fence: Callable[[str], None] | None = None, shared_dir: Any = None,
+                 clock_rate: float = 1.0):
+        super().__init__(settings, pve_client, store_path, clock, owner, shared_dir, fence)
         self.lock = threading.RLock()
-        self.store = RunnerStore(store_path, settings.events_max_count, settings.events_max_age_s)
-        self.github = GitHubClient(settings.github, clock)
-        self.github.fence = fence
-        self.providers = {p.name: ProxmoxProvider(p, self._connector(p, pve_client))
-                          for p in settings.providers}
-        self.placement = Placement(settings.reconcile_interval_s)
-        self.meters = Metrics()
-        self.sets = {s.name: SetState(s.name) for s in settings.scale_sets}
-        self.wants: dict[str, Want] = {}
-        self.runners: dict[str, Runner] = {}
-        self.listing: dict[str, dict[str, Any]] = {}
-        self.listing_at = 0.0
-        self.orphans: dict[str, tuple[int, float]] = {}
-        self.gone_vms: set[str] = set()
-        self.unreachable: dict[str, float] = {}
-        self.refusals: dict[str, tuple[float, str, str, str]] = {}   # provider -> (t, set, kind, msg)
-        self.last_failure: dict[str, str] = {}
-        self.adopted_once = False
-        self.name_pattern = fleet.name_pattern([s.name for s in settings.scale_sets])
+        self.clock_rate = clock_rate
         self.deliveries = webhooks.Deliveries()
         self._secret: bytes | None = None
         if settings.webhook.secret_path:
             self._secret = read_secret(settings.webhook.secret_path, "webhook secret").encode()
         self._inbox: "queue.Queue[tuple[str, str, Any, threading.Event | None]]" = queue.Queue()
         self._wake = threading.Event()
+        self.wake = self._wake.set
         self._status: dict[str, Any] = {}
-        for data in self.store.runners():
-            runner = Runner.from_dict(data)
-            self.runners[runner.name] = runner
-
-    def _connector(self, settings: ProviderSettings, local: PveClient | None) -> Callable[[], PveClient]:
-        def connect() -> PveClient:
-            if not settings.url:
-                if local is None:
-                    raise KeelError(f"provider {settings.name}: no connection to this cluster")
-                return local
-            secret = read_secret(str(settings.token_secret_path), f"API token secret of {settings.name}")
-            verify: bool | str = settings.ca_file or settings.verify_tls
-            target = Target.from_url(settings.url, verify=verify, timeout_s=settings.timeout_s)
-            return PveClient(target.with_token(f"{settings.token_id}={secret}"), fence=self.fence)
-        return connect
+        self._saved_at = float("-inf")
 
     # -- the interface the engine hosts ------------------------------------------------------------
 
@@ -151,14 +122,16 @@ class RunnerService:
                                       name=f"keel-runners-{name}") for name in self.sets]
         for thread in listeners:
             thread.start()
-        next_full = 0.0
+        next_full = next_at = 0.0
         try:
             while not stop.is_set():
+                self._wake.clear()            # a wake from here on ends the sleep below
                 with self.lock:
-                    changed = self._drain()
+                    changed = self._drain() or self.shared.reload()
                     now = self.clock()
                     full = now >= next_full
-                    if full or changed or self._in_flight():
+                    ran = full or changed or now >= next_at
+                    if ran:
                         try:
                             fleet.run_pass(self, full=full)
                         except KeelError as err:
@@ -166,17 +139,39 @@ class RunnerService:
                         if full:
                             next_full = now + self.settings.reconcile_interval_s
                         self._snapshot(save=full)
-                    wait = IN_FLIGHT_STEP_S if self._in_flight() else max(0.05, min(1.0, next_full - now))
+                    now = self.clock()
+                    next_at = min(next_full, fleet.due(self, now))     # the timers: what falls due next
+                    wake_at = min(next_at, now + MAX_SLEEP_S * self.clock_rate)
+                wait = max(MIN_PASS_GAP_S if ran else 0.0, (wake_at - now) / self.clock_rate)
                 self._wake.wait(wait)
-                self._wake.clear()
         finally:
             self._settle(stop)
             self._close_sessions()            # a poll still waiting on GitHub ends with its session
             for thread in listeners:
                 thread.join(timeout=5)
 
+    def control(self, name: str, action: str, who: str) -> dict[str, Any]:
+        """Pause, resume or drain a scale set now (``keel runners pause|resume|drain``): kept
+        until changed, with who and when; the loop acts on it at once.  The scale set's
+        status."""
+        if action not in ACTIONS:
+            raise InvalidError(f"action: expected pause, resume or drain, got {action!r}")
+        if name not in self.sets:
+            raise NotFoundError(f"no scale set named {name!r} (the scale sets are "
+                                f"{', '.join(self.sets) or 'none'})")
+        with self.lock:
+            now = self.clock()
+            self.shared.set_control(name, action, who, now)
+            self.store.event(now, {"pause": "paused", "resume": "resumed", "drain": "draining"}[action],
+                             name, "", "", f"by {who}")
+            log.info("scale set %s: %s by %s", name, action, who)
+            scaling.wants(self, now)
+            self.wake()
+            return next(s for s in status_view.snapshot(self)["scale_sets"] if s["name"] == name)
+
     def status(self) -> dict[str, Any]:
         with self.lock:
+            self.shared.reload()              # a control given through another door shows at once
             return status_view.snapshot(self)
 
     def metrics(self) -> str:
@@ -217,73 +212,6 @@ class RunnerService:
         self.github.close()
         self.store.close()
 
-    # -- what the passes use ---------------------------------------------------------------------
-
-    def save(self, runner: Runner) -> None:
-        self.store.put_runner(runner.name, runner.scale_set, runner.provider, runner.to_dict(), self.clock())
-
-    def forget(self, runner: Runner) -> None:
-        self.runners.pop(runner.name, None)
-        self.store.drop_runner(runner.name)
-        if runner.cloned:
-            self.gone_vms.add(runner.name)
-            if len(self.gone_vms) > 10000:
-                self.gone_vms.clear()
-
-    def event(self, kind: str, runner: Runner, detail: str = "") -> None:
-        self.store.event(self.clock(), kind, runner.scale_set, runner.provider, runner.name, detail)
-        log.info("runner %s: %s %s", runner.name, kind, detail)
-
-    def refused(self, ss: ScaleSetSettings | None, provider: str, refusal: Refused) -> None:
-        if ss is None:
-            return
-        now = self.clock()
-        lower = any(other.priority < ss.priority and other.provider(provider) is not None
-                    for other in self.settings.scale_sets)
-        backoff = self.placement.refused(ss.name, ss.priority, provider, refusal.kind, now, refusal.message,
-                                         holds=lower)
-        self.refusals[provider] = (now, ss.name, refusal.kind, refusal.message)
-        self.meters.inc("keel_provider_refusals_total",
-                                  {"provider": provider, "scale_set": ss.name, "kind": refusal.kind})
-        self.store.event(now, "refused", ss.name, provider, "",
-                         f"{refusal.kind}: {refusal.message}; skipped until +{backoff.until - now:.0f} s")
-        log.info("%s refused a runner of %s (%s): %s", provider, ss.name, refusal.kind, refusal.message)
-
-    def scale_set_of(self, runner_name: str) -> str | None:
-        match = self.name_pattern.match(runner_name)
-        return match.group(1) if match else None
-
-    def ensure_github(self) -> None:
-        """Each scale set on GitHub (found by name, or made) and a message session for it."""
-        now = self.clock()
-        for ss in self.settings.scale_sets:
-            state = self.sets[ss.name]
-            if state.session is not None or now < state.retry_at:
-                continue
-            try:
-                if state.scale_set_id is None:
-                    group = self.github.runner_group_id(ss.runner_group)
-                    found = self.github.find_scale_set(ss.name, group) or \
-                        self.github.create_scale_set(ss.name, group, list(ss.labels))
-                    state.scale_set_id = int(found["id"])
-                    state.set_statistics(found.get("statistics"), now)
-                session = self.github.create_session(state.scale_set_id, self.owner)
-            except Conflict:
-                if not state.standby:
-                    self.store.event(now, "standby", ss.name, "", "", "another listener holds the session")
-                state.standby, state.retry_at = True, now + self.settings.reconcile_interval_s
-                continue
-            except RateLimited as err:
-                state.error, state.retry_at = str(err), err.until
-                continue
-            except KeelError as err:
-                state.error, state.retry_at = str(err), now + ERROR_WAIT_S
-                log.warning("scale set %s: %s", ss.name, err)
-                continue
-            state.session, state.standby, state.error = session, False, None
-            state.set_statistics(session.statistics, now)
-            self.store.event(now, "listening", ss.name, "", "", f"session {session.id}")
-
     # -- messages and webhooks ----------------------------------------------------------------------
 
     def _poll(self, name: str) -> dict[str, Any] | None:
@@ -294,7 +222,9 @@ class RunnerService:
         ss = self.settings.scale_set(name)
         if ss is None:
             return None
-        capacity = (self.wants.get(name) or want(ss, self.clock(), state.assigned(self.clock()))).max_runners
+        now = self.clock()
+        control = self.shared.control(name)
+        capacity = (self.wants.get(name) or want(ss, now, state.demand(now), control and control["mode"])).max_runners
         try:
             message = self.github.get_message(session, state.last_message_id, capacity)
         except KeelError as err:
@@ -303,7 +233,7 @@ class RunnerService:
                 if "Expired" in str(err) or "404" in str(err):
                     state.session = None          # recreated by the next pass
             raise
-        state.last_poll = self.clock()
+        state.last_poll, state.error = self.clock(), None
         return message
 
     def _ack(self, name: str, message: dict[str, Any]) -> None:
@@ -401,10 +331,6 @@ class RunnerService:
 
     # -- loop helpers --------------------------------------------------------------------------------
 
-    def _in_flight(self) -> bool:
-        """Runners being created or removed, or done with their job: stepped often."""
-        return any(r.phase in CREATING or r.phase in REMOVING or r.done for r in self.runners.values())
-
     def _settle(self, stop: threading.Event) -> None:
         """Carry runners being created or removed to a resting point; create nothing new.
         Not when this engine stopped leading: then nothing may be done, and the next leader
@@ -437,11 +363,15 @@ class RunnerService:
             if session is not None:
                 try:
                     self.github.delete_session(session)
+                    self.forget_session(state.name)
                 except KeelError as err:
                     log.info("scale set %s: session not closed: %s", state.name, err)
 
     def _snapshot(self, save: bool) -> None:
         self._status = status_view.snapshot(self)
-        if save:
+        now = time.monotonic()
+        if save or now - self._saved_at >= STATUS_SAVE_S:
+            self._saved_at = now
             self.store.put("status", self._status)
+        if save:
             self.store.prune_jobs(self.clock())

@@ -22,7 +22,14 @@ A Rungar file's top level goes under ``runners:`` (``keel import-rungar`` does i
 What Keel does not take from Rungar: secrets written into the file (``token``,
 ``token_secret``, ``app_private_key``: name a file instead), provider types other than
 ``proxmox``, and the daemon's own keys (``socket``, ``log_*``, ``events.file``).  What it
-adds: ``github.tls``, ``webhook`` and windows with ``max_runners``.  ``read(reader)``
+adds: ``github.tls``, ``webhook``, windows with ``max_runners`` and a template per node.
+
+A Rungar file pasted as it is keeps its meaning or is refused with the reason: the one
+default that differs is ``jit_path`` (Rungar's templates read ``/run/rungar/jitconfig``,
+Keel's ``/run/keel/jitconfig``), so a section that shows it came from Rungar (``version``,
+or a path under ``/etc/rungar`` or ``/run/rungar``) must say which its template reads.
+``node_local`` names the files a section reads from outside pmxcfs (``/etc/pve``), which
+the next leader may lack, with the place in pmxcfs to copy each to.  ``read(reader)``
 reports every bad key with its path (``runners.scale_sets[2].max_runners``); nothing is
 contacted while reading.
 """
@@ -48,6 +55,9 @@ from keel.validate import Problems, Reader
 # PVE's formats (pve-storage-id, pve-poolid in the API schema).
 STORAGE_ID = re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$")
 POOL_ID = re.compile(r"^[A-Za-z0-9\-_]+$")
+NODE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?$")
+VM_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")          # PVE's dns-name
+VMID_LOW, VMID_HIGH = 100, 999999999
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -61,6 +71,7 @@ def read(r: Reader) -> RunnersSettings:
     github = _github(r.mapping("github"))
     providers = tuple(_provider(Reader(item, path, r.problems)) for path, item in r.items("providers"))
     raw_blocks = _provider_blocks(r)
+    _jit_paths_said(r, raw_blocks)
     names = [p.name for p in providers]
     for name in {n for n in names if names.count(n) > 1}:
         r.problems.add(r.sub("providers"), f"two providers named {name!r}")
@@ -163,6 +174,63 @@ def _refuse_secrets(r: Reader) -> None:
 def _secret_path(r: Reader, key: str) -> str | None:
     _refuse_secrets(r)
     return r.get(key, str, None)
+
+
+RUNGAR_PLACES = ("/etc/rungar/", "/run/rungar/")
+RUNGAR_JIT_PATH = "/run/rungar/jitconfig"
+
+
+def _from_rungar(data: Any) -> bool:
+    """The section shows it was Rungar's file: its ``version``, or a path of Rungar's."""
+    def strings(value: Any) -> Any:
+        if isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from strings(item)
+        elif isinstance(value, str):
+            yield value
+    return isinstance(data, dict) and ("version" in data or any(
+        text.startswith(RUNGAR_PLACES) for text in strings(data)))
+
+
+def _jit_paths_said(r: Reader, blocks: dict[str, dict[str, Any]]) -> None:
+    """A Rungar file pasted whole must say where its template reads the JIT config."""
+    if not _from_rungar(r.data):
+        return
+    scale_sets = r.data.get("scale_sets") if isinstance(r.data.get("scale_sets"), list) else []
+    for index, (name, block) in enumerate(blocks.items()):
+        if "jit_path" in block:
+            continue
+        users = [entry.get("runner") or {} for ss in scale_sets if isinstance(ss, dict)
+                 for entry in ss.get("providers") or [] if isinstance(entry, dict) and entry.get("name") == name]
+        if users and all(isinstance(u, dict) and "jit_path" in u for u in users):
+            continue
+        r.problems.add(f"{r.sub('providers')}[{index}].runner.jit_path",
+                       f"not set, and this is Rungar's configuration (version, or paths under /etc/rungar): "
+                       f"Rungar wrote the runner's registration to {RUNGAR_JIT_PATH}, Keel writes it to "
+                       f"{DEFAULT_JIT_PATH}; set the path your template reads ({RUNGAR_JIT_PATH} for a "
+                       f"Rungar template; keel import-rungar does)")
+
+
+def node_local(settings: RunnersSettings) -> list[tuple[str, str, str]]:
+    """(config key, path, where in pmxcfs to copy it) for each file the section reads from
+    outside ``/etc/pve``: on this node only, so the next leader may not have it."""
+    found = []
+    entries: list[tuple[str, str | None, str]] = [
+        ("github.app_private_key_path", settings.github.app_private_key_path, "/etc/pve/priv/keel/github-app.pem"),
+        ("github.token_path", settings.github.token_path, "/etc/pve/priv/keel/github-token"),
+        ("github.tls.ca_file", settings.github.ca_file, "/etc/pve/keel/github-ca.pem"),
+        ("webhook.secret_path", settings.webhook.secret_path, "/etc/pve/priv/keel/github-webhook-secret")]
+    for index, p in enumerate(settings.providers):
+        entries += [(f"providers[{index}].token_secret_path", p.token_secret_path,
+                     f"/etc/pve/priv/keel/pve-{p.name}-token"),
+                    (f"providers[{index}].tls.ca_file", p.ca_file, f"/etc/pve/keel/{p.name}-ca.pem")]
+    for key, path, place in entries:
+        if path and not path.startswith("/etc/pve/"):
+            found.append((key, path, place))
+    return found
 
 
 def _provider_blocks(r: Reader) -> dict[str, dict[str, Any]]:
@@ -292,7 +360,7 @@ def merge(base: Any, over: Any) -> dict[str, Any]:
 def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec | None:
     r = Reader(block, path, problems)
     before = len(problems.items)
-    template = r.integer("template", None, 100, 999999999)
+    template, template_name, templates = _template(r)
     cores = r.integer("cores", None, 1, 512)
     memory = r.raw("memory")
     memory_bytes = 0
@@ -307,7 +375,7 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
             if memory_bytes < 128 * MiB or memory_bytes % MiB:
                 problems.add(r.sub("memory"), f"must be at least 128MiB and a whole number of MiB, "
                                               f"got {memory!r}")
-    for key, value in (("template", template), ("cores", cores)):
+    for key, value in (("template", template or template_name or templates or None), ("cores", cores)):
         if value is None and not r.has(key):
             problems.add(r.sub(key), "is required (in the provider's runner block or this one)")
     full_clone = r.get("full_clone", bool, False)
@@ -319,7 +387,8 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
     pool = r.get("pool", str, None)
     if pool is not None and not POOL_ID.match(pool):
         problems.add(r.sub("pool"), f"not a Proxmox VE pool ID (letters, digits, - and _): {pool!r}")
-    spec = RunnerSpec(template=template or 0, cores=cores or 0, memory_bytes=memory_bytes,
+    spec = RunnerSpec(template=template or 0, template_name=template_name, templates=templates,
+                      cores=cores or 0, memory_bytes=memory_bytes,
                       full_clone=full_clone, storage=storage, pool=pool,
                       jit_path=r.get("jit_path", str, DEFAULT_JIT_PATH,
                                      check=lambda v: None if v.startswith("/") else
@@ -331,6 +400,41 @@ def _runner(block: dict[str, Any], path: str, problems: Problems) -> RunnerSpec 
                                      "full_clone, storage, pool, jit_path)")
     r.done()
     return spec if len(problems.items) == before else None
+
+
+def _template(r: Reader) -> tuple[int | None, str | None, tuple[tuple[str, int], ...]]:
+    """``template``: a VMID, a template's name (its copies, one per node), or a VMID per node."""
+    value = r.raw("template")
+    wrong = ("expected a template's VMID (9000), its name (every template of that name, one per "
+             "node), or one per node ({pve1: 9000, pve2: 9001})")
+    if value is None:
+        return None, None, ()
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not VMID_LOW <= value <= VMID_HIGH:
+            bound = f"at least {VMID_LOW}" if value < VMID_LOW else f"at most {VMID_HIGH}"
+            r.problems.add(r.sub("template"), f"must be {bound}, got {value}")
+        return value, None, ()
+    if isinstance(value, str):
+        if not VM_NAME.match(value):
+            r.problems.add(r.sub("template"), f"{wrong}; {value!r} is not a VM name")
+        return None, value, ()
+    if isinstance(value, dict) and value:
+        per_node = []
+        for node, vmid in value.items():
+            if isinstance(vmid, str) and vmid.isdigit():
+                vmid = int(vmid)
+            if not isinstance(node, str) or not NODE_NAME.match(node):
+                r.problems.add(f"{r.sub('template')}.{node}", "not a Proxmox VE node name")
+            elif isinstance(vmid, bool) or not isinstance(vmid, int) or not VMID_LOW <= vmid <= VMID_HIGH:
+                r.problems.add(f"{r.sub('template')}.{node}", f"expected a VMID from {VMID_LOW} to "
+                                                              f"{VMID_HIGH}, got {vmid!r}")
+            else:
+                per_node.append((node, vmid))
+        return None, None, tuple(sorted(per_node))
+    r.problems.add(r.sub("template"), f"{wrong}, got {value!r}")
+    return None, None, ()
 
 
 def parse(data: Any, source: str = "runners") -> RunnersSettings:

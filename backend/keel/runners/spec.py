@@ -55,20 +55,41 @@ class GitHubSettings:
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """A runner block after the scale set's is written over the provider's."""
+    """A runner block after the scale set's is written over the provider's.
 
-    template: int
+    The template is one VM (``template: 9000``), a copy per node (``template: {pve1: 9000,
+    pve2: 9001}``), or every template VM of a name, one per node (``template: runner-tpl``):
+    a runner is cloned from a copy on a node that is up, so no node's loss stops them all."""
+
+    template: int                        # the VMID; 0 when given per node or by name
     cores: int
     memory_bytes: int
     full_clone: bool = False
     storage: str | None = None
     pool: str | None = None
     jit_path: str = DEFAULT_JIT_PATH
+    template_name: str | None = None     # every template VM of this name
+    templates: tuple[tuple[str, int], ...] = ()   # per node: (node, VMID)
+
+    @property
+    def template_ids(self) -> tuple[int, ...]:
+        """The template VMIDs named (none when by name)."""
+        return tuple(vmid for _, vmid in self.templates) or ((self.template,) if self.template else ())
+
+    @property
+    def template_text(self) -> str:
+        """The template as a person wrote it: ``9000``, ``runner-tpl``, ``pve1=9000, pve2=9001``."""
+        if self.templates:
+            return ", ".join(f"{node}={vmid}" for node, vmid in self.templates)
+        return self.template_name or str(self.template)
 
     @property
     def revision(self) -> str:
         """Names this block: a runner made from another revision is replaced when idle."""
-        data = json.dumps([self.template, self.cores, self.memory_bytes, self.full_clone,
+        template: object = self.template
+        if self.templates or self.template_name:
+            template = [self.template_name, list(self.templates)]
+        data = json.dumps([template, self.cores, self.memory_bytes, self.full_clone,
                            self.storage, self.pool, self.jit_path])
         return hashlib.sha256(data.encode()).hexdigest()[:8]
 

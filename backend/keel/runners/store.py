@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS runner_vms (
     updated_at REAL);
 CREATE TABLE IF NOT EXISTS runner_jobs (
     job_id TEXT PRIMARY KEY, scale_set TEXT, repo TEXT, state TEXT, queued_at REAL,
-    assigned_at REAL, started_at REAL, completed_at REAL, runner TEXT, result TEXT, seen_at REAL);
+    assigned_at REAL, started_at REAL, completed_at REAL, runner TEXT, result TEXT, seen_at REAL,
+    workflow TEXT, name TEXT);
 CREATE INDEX IF NOT EXISTS runner_jobs_seen ON runner_jobs (seen_at);
 CREATE TABLE IF NOT EXISTS runner_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL, kind TEXT, scale_set TEXT, provider TEXT,
@@ -38,7 +39,9 @@ CREATE TABLE IF NOT EXISTS runner_events (
 CREATE TABLE IF NOT EXISTS runner_state (key TEXT PRIMARY KEY, value TEXT);
 """
 JOB_KEYS = ("job_id", "scale_set", "repo", "state", "queued_at", "assigned_at", "started_at",
-            "completed_at", "runner", "result", "seen_at")
+            "completed_at", "runner", "result", "seen_at", "workflow", "name")
+ADDED_JOB_KEYS = ("workflow", "name")      # columns a database made before them lacks
+KEEP_OPEN_JOBS_S = 86400.0                 # GitHub cancels a job left queued a day
 EVENT_KEYS = ("id", "t", "kind", "scale_set", "provider", "runner", "detail")
 
 
@@ -59,7 +62,11 @@ class RunnerStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as err:
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(runner_jobs)")}
+            for column in ADDED_JOB_KEYS:
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE runner_jobs ADD COLUMN {column} TEXT")
+        except (OSError, sqlite3.Error) as err:
             self._db.close()
             raise InvalidError(f"cannot open Keel's store {self.path}: {err}") from None
 
@@ -92,6 +99,12 @@ class RunnerStore:
     def jobs(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._run(f"SELECT {', '.join(JOB_KEYS)} FROM runner_jobs ORDER BY seen_at DESC LIMIT ?",
                          (limit,))
+        return [dict(zip(JOB_KEYS, row)) for row in rows]
+
+    def open_jobs(self, now: float) -> list[dict[str, Any]]:
+        """Jobs not completed, seen within a day: what Keel tracked before it restarted."""
+        rows = self._run(f"SELECT {', '.join(JOB_KEYS)} FROM runner_jobs WHERE state != 'completed' "
+                         f"AND seen_at >= ? ORDER BY seen_at", (now - KEEP_OPEN_JOBS_S,))
         return [dict(zip(JOB_KEYS, row)) for row in rows]
 
     def prune_jobs(self, now: float) -> None:

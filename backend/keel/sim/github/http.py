@@ -10,8 +10,10 @@
 Every REST answer carries ``x-ratelimit-*`` headers from a per-token hourly bucket; a
 spent bucket answers 403 with ``x-ratelimit-remaining: 0``.  The ``rate_limit`` fault
 answers the next N requests (REST and Actions service) with 429 or 403 and
-``retry-after`` or ``x-ratelimit-reset``.  A path nobody answers gets 501, so a test
-fails loudly rather than on a misleading 404.
+``retry-after`` or ``x-ratelimit-reset``; the ``outage`` fault answers every request but the
+control API's 503 for a while, as GitHub does in an incident, while jobs and runners go on
+behind it.  A path nobody answers gets 501, so a test fails loudly rather than on a
+misleading 404.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def dispatch(cluster: Any, request: Request) -> Response:
     if path.startswith("/_github"):
         from keel.sim.github.control import control
         return control(cluster, request)
+    with cluster.lock:
+        cluster.sync()
+        if cluster.github.out():
+            cluster.github.log(request.method, path, 503)
+            return _json(503, {"message": "Service Unavailable (simulated outage)"})
     if path.startswith("/_msgq/"):
         return _message_queue(cluster, request)
     body = _body(request)
@@ -173,6 +180,9 @@ def _long_poll(cluster: Any, request: Request, session_id: str) -> Response:
         with cluster.lock:
             cluster.sync()
             fake = cluster.github
+            if fake.out():                    # an outage began while the poll waited
+                fake.log("GET", request.path, 503)
+                return _json(503, {"message": "Service Unavailable (simulated outage)"})
             found: list[Any] = []
 
             def poll(session: Any) -> Any:

@@ -20,7 +20,7 @@ from keel.validate import Problems, Reader
 
 RESULTS = ("succeeded", "failed", "canceled")
 FAULT_KINDS = ("never_connect", "crash_mid_job", "ghost", "slow_boot", "lose_messages",
-               "duplicate_messages", "rate_limit", "stale_assigned", "webhook_drop",
+               "duplicate_messages", "rate_limit", "stale_assigned", "outage", "webhook_drop",
                "webhook_duplicate", "webhook_bad_signature")
 
 

@@ -127,6 +127,7 @@ class FakeGitHub:
         self.jobs: dict[int, Job] = {}
         self.sessions: dict[str, Session] = {}
         self.faults: dict[str, Any] = {}
+        self.outage_until = 0.0           # every API answers 503 until then (the outage fault)
         self.requests: list[dict[str, Any]] = []
         self.hooks = Hooks(self, spec.webhook_url, spec.webhook_secret)
         self._ids = {"runner": 1000, "job": 5000, "run": 9000, "set": 0, "message": 0, "request": 0}
@@ -177,6 +178,13 @@ class FakeGitHub:
         if unknown:
             raise ValueError(f"unknown fault {sorted(unknown)[0]!r} (known: {', '.join(FAULT_KINDS)})")
         self.faults = {k: (dict(v) if isinstance(v, dict) else v) for k, v in faults.items()}
+        outage = self.faults.get("outage")
+        seconds = outage.get("seconds", 0) if isinstance(outage, dict) else outage or 0
+        self.outage_until = self.now + float(seconds) if seconds else 0.0
+
+    def out(self) -> bool:
+        """In an outage: GitHub's APIs answer 503 (jobs and runners go on behind them)."""
+        return self.now < self.outage_until
 
     def take_fault(self, kind: str) -> Any:
         """The fault's setting if it strikes now, counting it down (an int is a count)."""
