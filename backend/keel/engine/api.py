@@ -244,6 +244,15 @@ def create_app(engine: Engine) -> Flask:
                    "job": redact.job(job.to_json(), visible(principal)) if job is not None else None},
                   202 if job else 200)
 
+    @app.get("/api/maintenance/<node>/preview")
+    def maintenance_preview(node: str) -> Response:
+        principal = require("Sys.Audit")
+        require_somewhere("VM.Migrate")
+        preview = engine.maintenance_preview(node, principal)
+        see = visible(principal)        # parking moves may name guests of other nodes
+        return ok({**preview, "moves": redact.moves(preview["moves"], see),
+                   "stays": redact.moves(preview["stays"], see)})
+
     @app.get("/api/history")
     def history() -> Response:
         principal = require("Sys.Audit")
@@ -440,10 +449,19 @@ def lease_data(engine: Engine) -> dict[str, Any]:
             "refused_acts": engine.fence.refused}
 
 
+def plan_inputs(engine: Engine, maintenance: dict[str, Any], running: Any) -> dict[str, Any]:
+    """What a plan depends on besides the load: the config file's version, the nodes in
+    maintenance and the last job.  A panel holding a plan made under other inputs shows it
+    as out of date and plans again (docs/ui.md, "When a plan goes stale")."""
+    last = engine.store.jobs(limit=1)
+    job = running.id if running else (f"{last[0]['id']}:{last[0]['state']}" if last else "")
+    return {"config": engine._config_stamp[:16], "maintenance": sorted(maintenance), "job": job}
+
+
 def status_data(engine: Engine) -> dict[str, Any]:
     """The engine's own state and the cluster as last read: never waits on PVE (a reading
     older than ``engine.status_interval`` is renewed in the background)."""
-    from keel.status_view import summary
+    from keel.status_view import model_view, summary
     cluster: Any = None
     error = None
     every = engine.config.engine.status_interval_s
@@ -452,10 +470,17 @@ def status_data(engine: Engine) -> dict[str, Any]:
         engine.reading.refresh(every)
         if snap is None:                  # the first reading since start: worth a short wait
             snap, age = engine.reading.latest(first_wait_s=FIRST_READING_WAIT_S)
+    maintenance = engine.store.maintenance_nodes()
     if snap is not None:
-        cluster = summary(snap, engine.config.balancing, engine.store.maintenance_nodes())
+        cluster = summary(snap, engine.config.balancing, maintenance)
         cluster.pop("guests", None)
         cluster["age_s"] = round(age or 0.0, 1)
+        # the plan's own figures (one set: docs/ui.md), smoothed as a plan made now smooths them
+        settings = engine.config.balancing
+        samples = engine.store.samples(engine.clock() - settings.window_s) or None
+        cluster["model"] = model_view(snap, settings, maintenance, samples)
+        cluster["imbalance"]["keel"] = cluster["model"]["imbalance"]["keel"]
+        cluster["imbalance"]["keel_now"] = cluster["model"]["imbalance"]["now"]
     if engine.reading.error is not None:
         error = str(engine.reading.error)
     elif snap is None:
@@ -473,6 +498,7 @@ def status_data(engine: Engine) -> dict[str, Any]:
                    "threshold": engine.config.balancing.threshold,
                    "imbalance_figure": engine.config.balancing.imbalance},
         "last_round": engine.last_round, "job": running.to_json(len(running.events)) if running else None,
-        "maintenance": engine.store.maintenance_nodes(),
+        "maintenance": maintenance,
+        "inputs": plan_inputs(engine, maintenance, running),
         "cluster": cluster, "cluster_error": error, "errors": list(engine.errors),
     }

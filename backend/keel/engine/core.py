@@ -168,7 +168,32 @@ class Engine:
             raise InvalidError(f"not valid YAML: {err}") from None
         except RecursionError:
             raise InvalidError("not valid YAML: nested too deeply") from None
-        return cfg.parse(data, "config")
+        config = cfg.parse(data, "config")
+        self._known_nodes(config)
+        return config
+
+    def _known_nodes(self, config: cfg.Config) -> None:
+        """Node names in pins, ignore lists, maintenance and reservations must be the
+        cluster's (a typo would pin a guest nowhere).  Unchecked while PVE cannot be read."""
+        try:
+            snap = self.snapshot()
+        except KeelError:
+            return
+        nodes = set(snap.nodes)
+        b = config.balancing
+        named: list[tuple[str, Any]] = [(f"balancing.pin.{guest}", pinned) for guest, pinned in b.pins.items()]
+        named += [("balancing.ignore.nodes", b.ignore.nodes), ("balancing.maintenance", b.maintenance),
+                  ("balancing.reserve", [n for n in b.reserve if n != "default"])]
+        named += [(f"balancing.pools.{name}.pin", rule.pin) for name, rule in b.pools.items()]
+        errors = {}
+        for path, names in named:
+            unknown = sorted(set(names) - nodes)
+            if unknown:
+                errors[path] = (f"no node {', '.join(repr(n) for n in unknown)} in cluster "
+                                f"{snap.cluster_name or '(standalone)'}; its nodes are {', '.join(sorted(nodes))}")
+        if errors:
+            raise InvalidError(f"config: {len(errors)} problem(s): " +
+                               "; ".join(f"{path}: {message}" for path, message in errors.items()), errors=errors)
 
     def put_config(self, text: str, requested_by: str) -> cfg.Config:
         config = self.validate_config(text)
@@ -240,6 +265,9 @@ class Engine:
                             clock=self.clock, poll_s=self.poll_s, cancel=self._lost, journal=self._journal,
                             abandon=self._stop)
             result = rounds.round(apply=settings.enable and self.leader)
+            if result.execution is not None and result.execution.results and not result.decision.mandatory_only:
+                self._promise(result.execution.plan_id, result.plan)      # the round ran its whole plan
+                self._measure(result.execution.plan_id, result.execution)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
             if result.snapshot is not None:
                 self.reading.put(result.snapshot, age_s=self.clock() - result.snapshot.taken_at)
@@ -443,12 +471,44 @@ class Engine:
         if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
             raise BusyError(f"{node} is in maintenance; a plan is being carried out already, the node "
                             f"is emptied after it")
+        plan = self._evacuation(snap, node)
+        return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+
+    def _evacuation(self, snap: Any, node: str) -> Plan:
+        """The plan that empties ``node`` (as if it were in maintenance): its moves only."""
         settings = self.config.balancing
-        evacuation = replace(settings, limits=replace(settings.limits, moves=0))
+        evacuation = replace(settings, limits=replace(settings.limits, moves=0),
+                             maintenance=settings.maintenance | {node})
         plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock())
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
-        plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
-        return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+        return replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
+
+    def maintenance_preview(self, node: str, principal: Principal | None = None) -> dict[str, Any]:
+        """What entering maintenance on ``node`` would do, without doing it: the moves (guest,
+        where to, why) and the guests that stay, with the reason.  The same privilege check
+        as maintenance itself (VM.Migrate on every guest of the node)."""
+        snap = self.snapshot(max_age_s=FRESH_S)
+        if node not in snap.nodes:
+            from keel.errors import NotFoundError
+            raise NotFoundError(f"no node {node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
+        self._may_empty(principal, node, snap)
+        plan = self._evacuation(snap, node)
+        leaving = {m.vmid for m in plan.moves if m.source == node}
+        reasons = {s.vmid: s for s in plan.skipped if s.vmid is not None}
+        stays = []
+        for guest in sorted(snap.guests_on(node), key=lambda g: g.vmid):
+            if guest.vmid in leaving:
+                continue
+            skip = reasons.get(guest.vmid)
+            stays.append({"vmid": guest.vmid, "name": guest.name, "type": guest.type,
+                          "reason": skip.reason if skip else "stays",
+                          "detail": skip.detail if skip else "no allowed node has room for it"})
+        return {"node": node, "in_maintenance": node in self.store.maintenance_nodes(),
+                "moves": [m.to_json() for m in plan.moves], "stays": stays,
+                "conflicts": list(plan.conflicts),
+                "summary": {"moves": len(plan.moves), "stays": len(stays),
+                            "gib_moved": round(plan.bytes_moved / 1024**3, 2),
+                            "est_seconds": round(plan.est_seconds, 1)}}
 
     def _may_empty(self, principal: Principal | None, node: str, snap: Any) -> None:
         """Maintenance moves every guest off the node (now, and in every round after): it
@@ -481,8 +541,35 @@ class Engine:
         executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
                             on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s,
                             journal=self._journal(), abandon=self._stop, cancel_reason=lambda: job.cancelled_by)
+        self._promise(job.id, job.plan)
         job.execution = executor.run(job.plan, job_id=job.id, kind=job.kind)
+        job.outcome = self._measure(job.id, job.execution)
         self._wake.set()
+
+    # -- promised and achieved (keel.engine.outcome) --------------------------------------------
+
+    def _promise(self, job_id: str, plan: Plan) -> None:
+        from keel.engine import outcome
+        try:
+            self.store.job_outcome(job_id, promised=outcome.promise(plan))
+        except KeelError as err:             # the job goes on; only the comparison is lost
+            log.warning("job %s: cannot record its promise: %s", job_id, err)
+
+    def _measure(self, job_id: str, execution: Any) -> dict[str, Any] | None:
+        """After a job: the cluster read afresh, in the plan's terms, beside the promise."""
+        from keel.engine import outcome
+        try:
+            promised = next((j["promised"] for j in self.store.jobs(limit=50) if j["id"] == job_id), None)
+            if promised is None or execution is None:
+                return None
+            snap = self.reading.get(0.0)
+            achieved = outcome.measure(snap, self.config.balancing, self.store.maintenance_nodes(), promised,
+                                       sum(1 for r in execution.results if r.ok), promised["moves"], self.clock())
+            self.store.job_outcome(job_id, achieved=achieved)
+            return {"promised": promised, "achieved": achieved}
+        except KeelError as err:
+            log.warning("job %s: cannot measure what it achieved: %s", job_id, err)
+            return None
 
     def _error(self, where: str, message: str) -> None:
         self.errors.append({"time": self.clock(), "where": where, "message": message})

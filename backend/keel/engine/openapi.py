@@ -60,6 +60,9 @@ SPEC: dict[str, Any] = {
             "delete": _op("Cancel a job: no new migration starts",
                           params=[_q("job_id", {"type": "string"}, where="path")], errors=("404",))},
         "/api/maintenance": {"get": _op("Nodes in maintenance, since when, by whom", errors=())},
+        "/api/maintenance/{node}/preview": {"get": _op(
+            "What entering maintenance would move where and what would stay, with why, without acting",
+            params=[_q("node", {"type": "string"}, where="path")], errors=("404", "503"))},
         "/api/maintenance/{node}": {"post": _op(
             "Enter (and empty) or leave maintenance (leader only)", "200", "MaintenanceRequest",
             params=[_q("node", {"type": "string"}, where="path")], errors=("400", "404", "409", "503"))},
