@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from keel import config as cfg
 from keel.authz import Principal
-from keel.engine import openapi, peer, redact, runners_admin
+from keel.engine import charts, openapi, peer, redact, runners_admin
 from keel.engine.core import Engine
 from keel.engine.leadership import NotLeaderError
 from keel.errors import AuthError, InvalidError, KeelError, NotFoundError, NotAllowedError
@@ -252,6 +252,16 @@ def create_app(engine: Engine) -> Flask:
         see = visible(principal)        # parking moves may name guests of other nodes
         return ok({**preview, "moves": redact.moves(preview["moves"], see),
                    "stays": redact.moves(preview["stays"], see)})
+
+    node_charts = charts.NodeCharts(engine)
+
+    @app.get("/api/charts/nodes")
+    def chart_nodes() -> Response:
+        require("Sys.Audit")
+        timeframe = request.args.get("timeframe", "hour")
+        if timeframe not in charts.TIMEFRAMES:
+            raise InvalidError(f"timeframe: expected hour or day, got {timeframe[:20]!r}")
+        return ok(node_charts.get(timeframe))
 
     @app.get("/api/history")
     def history() -> Response:

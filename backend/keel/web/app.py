@@ -36,6 +36,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
@@ -58,6 +59,7 @@ FIELDS = re.compile(r"^[a-z_]{1,40}(,[a-z_]{1,40}){0,30}$")      # ?fields=clust
 ALLOW_METHODS = "GET, POST, PUT, DELETE"
 WRITES = frozenset({"POST", "PUT", "DELETE"})
 CSRF_REFUSED = "Permission denied - invalid csrf token"          # pveproxy's words
+DOCS = Path("/usr/share/doc/pve-keel")                           # where the package puts docs/*.md
 WEBHOOK_HEADERS = ("X-Hub-Signature-256", "X-GitHub-Event", "X-GitHub-Delivery")
 DELIVERY = re.compile(r"^[A-Za-z0-9-]{1,128}$")                  # GitHub's delivery GUID
 
@@ -420,6 +422,24 @@ def create_app(config: cfg.Config, harness: Any = None, pve_calls: Blocking = _d
     if harness is not None:
         from keel.web.harness import blueprint
         app.register_blueprint(blueprint(harness, config.proxmox.url, _pve_verify(config), pve_calls))
+
+    docs = Path(harness.www).parent / "docs" if harness is not None else DOCS
+
+    @app.get("/docs/<name>")
+    def doc(name: str) -> Response:
+        """Keel's documentation as the package ships it, for the panels' Help buttons: the
+        Markdown text (Debian compresses the larger files; served decompressed)."""
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,40}\.md", name):
+            return envelope(404, f"no such document: {name[:60]}")
+        for candidate in (docs / name, docs / (name + ".gz")):
+            if candidate.is_file():
+                raw = candidate.read_bytes()
+                if candidate.suffix == ".gz":
+                    raw = gzip.decompress(raw)
+                response = Response(raw, content_type="text/plain; charset=utf-8")
+                response.headers["Content-Security-Policy"] = "default-src 'none'"
+                return response
+        return envelope(404, f"no such document: {name} (in {docs})")
 
     @app.get("/")
     def index() -> Response:
