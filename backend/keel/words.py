@@ -56,6 +56,7 @@ BACKING_OFF = "BACKING OFF"         # skipping a provider that refused it, until
 OFF_SCHEDULE = "OFF SCHEDULE"       # a schedule window with max_runners 0 is in force
 STARTING = "STARTING"               # no session yet (GitHub not answered yet)
 UNREACHABLE = "UNREACHABLE"         # GitHub, or the provider, cannot be reached
+MISCONFIGURED = "MISCONFIGURED"     # GitHub answers, but lacks what the config names (a runner group)
 HELD = "HELD"                       # provider: a scale set's hold keeps lower priorities off it
 OK = "OK"                           # provider: taking runners
 DISABLED = "DISABLED"               # provider: disabled in the config

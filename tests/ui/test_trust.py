@@ -51,10 +51,11 @@ def test_hot_nodes_stand_out_and_the_hottest_is_named(open_ui):
 def test_the_charts_draw_each_node_and_the_imbalance(open_ui):
     page = open_tab(open_ui)
     page.wait_for_function(f"{PANEL}.down('#cpuChart') && {PANEL}.down('#cpuChart').getStore().getCount() > 10")
-    series = page.evaluate(f"{PANEL}.down('#cpuChart').getSeries().map(s => s.getTitle())")
+    # (ExtJS keeps an id map under the series array's own `map`)
+    series = page.evaluate(f"Array.prototype.map.call({PANEL}.down('#cpuChart').getSeries(), s => s.getTitle())")
     assert series[:5] == ["pve1", "pve2", "pve3", "pve4", "pve5"] and "hot above" in series
     page.wait_for_function(f"{PANEL}.down('#imbalanceChart').getStore().getCount() > 1")
-    axis = page.evaluate(f"{PANEL}.down('#cpuChart').getAxes().map(a => a.type)")
+    axis = page.evaluate(f"Array.prototype.map.call({PANEL}.down('#cpuChart').getAxes(), a => a.type)")
     assert "time" in axis
 
 

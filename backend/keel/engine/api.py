@@ -328,7 +328,7 @@ def create_app(engine: Engine) -> Flask:
     @app.get("/api/runners")
     def runners() -> Response:
         require("Sys.Audit")
-        return ok(engine.runners_status())
+        return ok({**engine.runners_status(), "config_error": engine.config_error})
 
     def _runners_part(key: str) -> Response:
         require("Sys.Audit")

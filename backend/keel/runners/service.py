@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from keel.errors import FencedError, KeelError
+from keel.errors import FencedError, KeelError, NotFoundError
 from keel.pve.client import PveClient, Target
 from keel.runners import fleet, status as status_view, webhooks
 from keel.runners.demand import SetState, apply_message, apply_webhook, matches
@@ -276,11 +276,15 @@ class RunnerService:
             except RateLimited as err:
                 state.error, state.retry_at = str(err), err.until
                 continue
-            except KeelError as err:
-                state.error, state.retry_at = str(err), now + ERROR_WAIT_S
+            except NotFoundError as err:          # a runner group the config names that GitHub lacks
+                state.error, state.misconfigured, state.retry_at = str(err), True, now + ERROR_WAIT_S
                 log.warning("scale set %s: %s", ss.name, err)
                 continue
-            state.session, state.standby, state.error = session, False, None
+            except KeelError as err:
+                state.error, state.misconfigured, state.retry_at = str(err), False, now + ERROR_WAIT_S
+                log.warning("scale set %s: %s", ss.name, err)
+                continue
+            state.session, state.standby, state.error, state.misconfigured = session, False, None, False
             state.set_statistics(session.statistics, now)
             self.store.event(now, "listening", ss.name, "", "", f"session {session.id}")
 

@@ -12,6 +12,7 @@
 | ``OFF SCHEDULE`` | a schedule window with ``max_runners: 0`` is in force |
 | ``STANDBY`` | another listener holds its session (another Keel); it touches nothing |
 | ``STARTING`` / ``UNREACHABLE`` | no session yet / GitHub cannot be reached or asked Keel to wait |
+| ``MISCONFIGURED`` | GitHub answers but has no runner group of the name the config gives |
 
 A provider is ``OK``, ``HELD`` (a hold keeps lower priorities off it), ``UNREACHABLE`` or
 ``DISABLED``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from keel import words
 from keel.runners.scaler import want
@@ -38,7 +40,7 @@ def snapshot(svc: "RunnerService") -> dict[str, Any]:
     providers = [_provider(svc, p, now) for p in svc.settings.providers]
     runners = [{"name": r.name, "scale_set": r.scale_set, "provider": r.provider, "vmid": r.vmid,
                 "node": r.node, "state": r.state, "phase": r.phase, "age_s": round(now - r.created_at, 1),
-                "job": r.job_id, "reason": r.reason, "adopted": r.adopted}
+                "job": r.job_id, "reason": r.reason, "adopted": r.adopted, **_job_link(svc, r)}
                for r in sorted(svc.runners.values(), key=lambda r: (r.scale_set, r.created_at))]
     jobs = sorted((j for s in svc.sets.values() for j in s.jobs.values()),
                   key=lambda j: j.seen_at, reverse=True)[:RECENT_JOBS]
@@ -49,6 +51,17 @@ def snapshot(svc: "RunnerService") -> dict[str, Any]:
         "jobs": [{**j.row(), "runner_wait_s": _wait(j.started_at, j.assigned_at),
                   "wait_s": _wait(j.started_at, j.queued_at)} for j in jobs],
     }
+
+
+def _job_link(svc: "RunnerService", runner: Any) -> dict[str, Any]:
+    """The repository of the runner's job and a link to its Actions page on the GitHub the
+    config names (the web UI's Job column)."""
+    state = svc.sets.get(runner.scale_set)
+    job = state.jobs.get(runner.job_id) if state is not None and runner.job_id else None
+    repo = job.repo if job is not None else ""
+    parts = urlsplit(svc.settings.github.url or "")
+    url = f"{parts.scheme}://{parts.netloc}/{repo}/actions" if repo and parts.scheme == "https" else None
+    return {"job_repo": repo or None, "job_url": url}
 
 
 def _wait(end: float | None, start: float | None) -> float | None:
@@ -76,7 +89,8 @@ def _scale_set(svc: "RunnerService", ss: Any, now: float) -> dict[str, Any]:
     details += [f"backing off {b['provider']} until {_clock(b['until'])} ({b['message'] or b['kind']})"
                 for b in backing]
     if state.session is None:
-        word = words.STANDBY if state.standby else words.UNREACHABLE if state.error else words.STARTING
+        word = (words.STANDBY if state.standby else words.MISCONFIGURED if state.error and state.misconfigured
+                else words.UNREACHABLE if state.error else words.STARTING)
         if state.standby:
             details.insert(0, "another listener holds its session")
         elif state.error:
