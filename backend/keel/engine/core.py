@@ -168,32 +168,57 @@ class Engine:
             raise InvalidError(f"not valid YAML: {err}") from None
         except RecursionError:
             raise InvalidError("not valid YAML: nested too deeply") from None
-        config = cfg.parse(data, "config")
-        self._known_nodes(config)
+        unknown = self._unknown_nodes(data)
+        try:
+            config = cfg.parse(data, "config")
+        except InvalidError as err:           # every problem at once: the file's and the nodes'
+            if not unknown:
+                raise
+            errors = {**err.errors, **unknown}
+            raise InvalidError(f"config: {len(errors)} problem(s): " +
+                               "; ".join(f"{path}: {message}" for path, message in errors.items()),
+                               errors=errors) from None
+        if unknown:
+            raise InvalidError(f"config: {len(unknown)} problem(s): " +
+                               "; ".join(f"{path}: {message}" for path, message in unknown.items()), errors=unknown)
         return config
 
-    def _known_nodes(self, config: cfg.Config) -> None:
+    def _unknown_nodes(self, data: Any) -> dict[str, str]:
         """Node names in pins, ignore lists, maintenance and reservations must be the
-        cluster's (a typo would pin a guest nowhere).  Unchecked while PVE cannot be read."""
+        cluster's (a typo would pin a guest nowhere).  Read from the file as written, so that
+        they are said beside its other problems; unchecked while PVE cannot be read."""
+        b = data.get("balancing") if isinstance(data, dict) else None
+        if not isinstance(b, dict):
+            return {}
         try:
             snap = self.snapshot()
         except KeelError:
-            return
+            return {}
         nodes = set(snap.nodes)
-        b = config.balancing
-        named: list[tuple[str, Any]] = [(f"balancing.pin.{guest}", pinned) for guest, pinned in b.pins.items()]
-        named += [("balancing.ignore.nodes", b.ignore.nodes), ("balancing.maintenance", b.maintenance),
-                  ("balancing.reserve", [n for n in b.reserve if n != "default"])]
-        named += [(f"balancing.pools.{name}.pin", rule.pin) for name, rule in b.pools.items()]
+
+        def names(value: Any) -> list[str]:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            return [str(v) for v in value] if isinstance(value, list) else []
+
+        named: list[tuple[str, list[str]]] = []
+        if isinstance(b.get("pin"), dict):
+            named += [(f"balancing.pin.{guest}", names(value)) for guest, value in b["pin"].items()]
+        if isinstance(b.get("ignore"), dict):
+            named.append(("balancing.ignore.nodes", names(b["ignore"].get("nodes"))))
+        named.append(("balancing.maintenance", names(b.get("maintenance"))))
+        if isinstance(b.get("reserve"), dict):
+            named.append(("balancing.reserve", [str(n) for n in b["reserve"] if str(n) != "default"]))
+        if isinstance(b.get("pools"), dict):
+            named += [(f"balancing.pools.{name}.pin", names(rule.get("pin"))) for name, rule in b["pools"].items()
+                      if isinstance(rule, dict)]
         errors = {}
-        for path, names in named:
-            unknown = sorted(set(names) - nodes)
+        for path, given in named:
+            unknown = sorted(set(given) - nodes)
             if unknown:
                 errors[path] = (f"no node {', '.join(repr(n) for n in unknown)} in cluster "
                                 f"{snap.cluster_name or '(standalone)'}; its nodes are {', '.join(sorted(nodes))}")
-        if errors:
-            raise InvalidError(f"config: {len(errors)} problem(s): " +
-                               "; ".join(f"{path}: {message}" for path, message in errors.items()), errors=errors)
+        return errors
 
     def put_config(self, text: str, requested_by: str) -> cfg.Config:
         config = self.validate_config(text)
