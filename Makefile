@@ -43,7 +43,7 @@ test-debian:
 	    -W "ignore::pytest.PytestUnraisableExceptionWarning" tests/unit tests/integration tests/security
 
 # Every part runs even if one misses a target; any miss fails the target.
-bench: $(STAMP)
+bench: $(STAMP) $(EXTJS) ui
 	@status=0; \
 	$(PY) tests/bench/run.py || status=1; \
 	$(PY) tests/bench/planner.py || status=1; \
@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/web_slow.py || status=1; \
 	$(PY) tests/bench/streaming.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
+	$(PY) tests/bench/ui_cost.py || status=1; \
 	exit $$status
 
 # The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials
