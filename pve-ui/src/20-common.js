@@ -28,7 +28,7 @@ Ext.define('PVE.keel.Render', {
     // "41% -> 35%" for a before and after, one figure when they agree.
     change: function (before, after) {
         var R = PVE.keel.Render;
-        if (after === undefined || after === null || Math.abs(before - after) < 0.005) {
+        if (after === undefined || after === null || R.percent(before) === R.percent(after)) {
             return R.percent(before);
         }
         return R.percent(before) + ' <i class="fa fa-long-arrow-right"></i> ' + R.percent(after);

@@ -392,6 +392,10 @@ Ext.define('PVE.keel.Rebalancing', {
             }
         });
         me.mergeNodes(cluster.nodes || [], status.maintenance || {}, model);
+        if (model && me.plan && !me.jobId && me.titledWithModel !== !!model.smoothed) {
+            me.titledWithModel = !!model.smoothed;          // the title says what load it is of
+            me.down('#plan').setTitle(me.planTitle(me.plan));
+        }
         me.checkPlanInputs(status);
         var job = status.job;
         if (job && job.state === 'running' && me.jobId !== job.id) {
@@ -648,8 +652,25 @@ Ext.define('PVE.keel.Rebalancing', {
     },
 
     showPlan: function (plan) {
-        var me = this, R = PVE.keel.Render;
+        var me = this;
         me.plan = plan;
+        me.down('#plan').setTitle(me.planTitle(plan));
+        me.planStore.loadData(plan.moves.map(function (m) {
+            return Ext.apply({ state: 'planned' }, m);
+        }));
+        var notes = (plan.conflicts || []).concat(plan.notices || []);
+        me.down('#plan').getView().emptyText = '<div class="x-grid-empty">' +
+            Ext.htmlEncode(notes.length ? notes.join(' ') : gettext('Nothing to move')) + '</div>';
+        me.down('#plan').getView().refresh();
+        me.showLeftAlone(plan.skipped || []);
+        me.applyPlanToNodes();
+        me.updateButtons();
+    },
+
+    // The plan's verdict, reason, figures (before -> after, as the bars and the "after"
+    // column show them), what the last job reached, and what load the figures are of.
+    planTitle: function (plan) {
+        var me = this, R = PVE.keel.Render;
         var before = plan.before.imbalance, after = plan.after.imbalance;
         var verdictHealth = plan.verdict === 'BALANCED' ? 'good' : plan.verdict === 'PLANNED' ? 'warning'
             : 'critical';
@@ -673,17 +694,7 @@ Ext.define('PVE.keel.Rebalancing', {
                 ? Ext.String.format(gettext('load averaged over {0} min'), Math.round(me.model.window_s / 60))
                 : gettext('load now')) + ')</span>';
         }
-        me.down('#plan').setTitle(title);
-        me.planStore.loadData(plan.moves.map(function (m) {
-            return Ext.apply({ state: 'planned' }, m);
-        }));
-        var notes = (plan.conflicts || []).concat(plan.notices || []);
-        me.down('#plan').getView().emptyText = '<div class="x-grid-empty">' +
-            Ext.htmlEncode(notes.length ? notes.join(' ') : gettext('Nothing to move')) + '</div>';
-        me.down('#plan').getView().refresh();
-        me.showLeftAlone(plan.skipped || []);
-        me.applyPlanToNodes();
-        me.updateButtons();
+        return title;
     },
 
     // Under the plan, what Keel does not move, by reason: "container: 109 (cache1), 117 (dns1)";
@@ -892,7 +903,13 @@ Ext.define('PVE.keel.Rebalancing', {
     themeColor: function (variable) {
         var value = window.getComputedStyle(document.documentElement).getPropertyValue(variable || '--pwt-text-color');
         if (value && value.trim()) {
-            return value.trim();
+            // as rgb(): the charts' colour parser knows no hsl()
+            var probe = document.createElement('span');
+            probe.style.color = value.trim();
+            document.body.appendChild(probe);
+            var rgb = window.getComputedStyle(probe).color;
+            document.body.removeChild(probe);
+            return rgb;
         }
         var el = this.getEl ? this.getEl() : null;
         return el ? window.getComputedStyle(el.dom).color : '#000';
@@ -901,7 +918,7 @@ Ext.define('PVE.keel.Rebalancing', {
     makeChart: function (itemId, title, fields, series, extra) {
         var me = this, color = me.themeColor();
         var stroke = window.getComputedStyle(document.documentElement).getPropertyValue('--pwt-chart-grid-stroke');
-        var grid = stroke && stroke.trim() ? { strokeStyle: stroke.trim() } : true;
+        var grid = stroke && stroke.trim() ? { strokeStyle: me.themeColor('--pwt-chart-grid-stroke') } : true;
         return Ext.apply({
             xtype: 'cartesian',
             itemId: itemId,
