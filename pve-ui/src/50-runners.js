@@ -767,8 +767,8 @@ Ext.define('PVE.keel.Runners', {
             columns: [
                 { text: gettext('Name'), dataIndex: 'name', flex: 1, renderer: Ext.htmlEncode },
                 stateColumn(),
-                { text: gettext('Desired'), dataIndex: 'desired', width: 80, align: 'right' },
-                { text: gettext('Current'), dataIndex: 'alive', width: 80, align: 'right' },
+                { text: gettext('Desired'), dataIndex: 'desired', width: 95, align: 'right' },
+                { text: gettext('Current'), dataIndex: 'alive', width: 95, align: 'right' },
                 { text: gettext('Idle'), dataIndex: 'idle', width: 70, align: 'right' },
                 { text: gettext('Busy'), dataIndex: 'busy', width: 70, align: 'right' },
                 { text: gettext('Max.'), dataIndex: 'max', width: 70, align: 'right' },
@@ -1028,7 +1028,7 @@ Ext.define('PVE.keel.Runners', {
         var height = 120;
         // a time axis: each bar where its job was queued, the span's times below
         var t0 = jobs[0].queued_at, t1 = jobs[jobs.length - 1].queued_at;
-        var span = Math.max(1, t1 - t0);
+        var span = Math.max(60, t1 - t0);               // at least a minute wide
         var format = span < 600 ? 'H:i:s' : span < 86400 ? 'H:i' : 'm-d H:i';
         var at = function (t) { return (2 + (t - t0) / span * 96).toFixed(2); };
         var bars = jobs.map(function (j) {
