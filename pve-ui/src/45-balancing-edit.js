@@ -52,6 +52,7 @@ Ext.define('PVE.keel.BalancingEdit', {
                 xtype: 'tabpanel',
                 itemId: 'tabs',
                 border: false,
+                listeners: { tabchange: function () { me.remarkErrors(); } },
                 defaults: { bodyPadding: 10, scrollable: 'y',
                     defaults: { anchor: '100%', labelWidth: 170, msgTarget: 'under' }, layout: 'anchor' },
                 items: [{
@@ -155,6 +156,7 @@ Ext.define('PVE.keel.BalancingEdit', {
             'limits.per_node': eff.limits && eff.limits.per_node,
             'limits.gib': eff.limits && eff.limits.bytes / 1073741824,
         };
+        me.fieldErrors = {};
         me.fields().forEach(function (field) {
             var name = field.getName();
             field.clearInvalid();
@@ -310,6 +312,18 @@ Ext.define('PVE.keel.BalancingEdit', {
         return best;
     },
 
+    // ExtJS hides the message of a field that was marked while its tab was not shown: the
+    // marks are made again on the tab shown, so that every error of every field is seen.
+    remarkErrors: function () {
+        var me = this, tab = me.down('#tabs').getActiveTab();
+        Ext.Object.each(me.fieldErrors || {}, function (name, item) {
+            if (item.field.up('panel[title]') === tab) {
+                item.field.clearInvalid();
+                item.field.markInvalid(item.list);
+            }
+        });
+    },
+
     showFormError: function (html) {
         var box = this.down('#formError');
         if (html) {
@@ -341,6 +355,7 @@ Ext.define('PVE.keel.BalancingEdit', {
                 unplaced.push(Ext.htmlEncode(path + ': ' + problem));
             }
         });
+        me.fieldErrors = byField;
         Ext.Object.each(byField, function (name, item) {
             item.field.markInvalid(item.list);
         });
@@ -352,6 +367,7 @@ Ext.define('PVE.keel.BalancingEdit', {
         if (first) {
             me.down('#tabs').setActiveTab(first.up('panel[title]'));
         }
+        me.remarkErrors();
         me.showFormError(unplaced.length ? unplaced.join('<br>')
             : !first ? Ext.htmlEncode(message) : null);
     },

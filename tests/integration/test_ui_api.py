@@ -120,10 +120,12 @@ def test_node_names_in_the_config_must_be_the_clusters(stack):
     _, _, client = stack
     answer = client.call("POST", "/api/config/validate",
                          {"balancing": {"pin": {"101": ["pve1", "pve7"]}, "ignore": {"nodes": ["pvex"]},
+                                        "memory": {"reserve": {"default": "1GiB", "pve9": "2GiB"}},
                                         "schedule": {"windows": [{"days": "moonday", "from": "25:00"}]}}})
     assert not answer["valid"]
     assert "pve7" in answer["errors"]["balancing.pin.101"] and "pve1, pve2" in answer["errors"]["balancing.pin.101"]
     assert "pvex" in answer["errors"]["balancing.ignore.nodes"]
+    assert "pve9" in answer["errors"]["balancing.memory.reserve"]
     assert any(path.startswith("balancing.schedule") for path in answer["errors"])    # said together
     good = client.call("POST", "/api/config/validate", {"balancing": {"pin": {"101": ["pve1"]}}})
     assert good["valid"], good

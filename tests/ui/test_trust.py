@@ -48,6 +48,55 @@ def test_hot_nodes_stand_out_and_the_hottest_is_named(open_ui):
     assert hot == 0 or coloured > 0
 
 
+def test_help_opens_keels_docs_and_disabled_buttons_say_why(open_ui, ui_stack):
+    page = open_tab(open_ui)
+    with page.context.expect_page() as opened:
+        page.click("#" + page.evaluate(f"{PANEL}.down('#help').id"))
+    help_page = opened.value
+    help_page.wait_for_load_state()
+    assert help_page.url.endswith("/docs/ui.md#the-rebalancing-tab")
+    assert "# The web UI plugin" in help_page.inner_text("body")
+    help_page.close()
+    # an auditor: the buttons are off, and their tooltips say which privilege they need
+    auditor = open_ui(user="auditor@pve")
+    select_tab(auditor, "keel-rebalancing")
+    auditor.wait_for_function(f"{PANEL} && {PANEL}.status")
+    tips = auditor.evaluate(f"""() => ['#planButton', '#maintenanceButton', '#settingsButton'].map(q => {{
+        const b = {PANEL}.down(q); return [b.disabled, b.tooltip]; }})""")
+    assert all(disabled and "needs" in tip for disabled, tip in tips), tips
+
+
+def test_the_settings_window_lists_every_error_with_what_is_allowed(open_ui):
+    page = open_tab(open_ui)
+    page.click("text=Settings")
+    window = "Ext.ComponentQuery.query('#keelBalancingEdit')[0]"
+    page.wait_for_function(f"{window} && {window}.section !== null")
+    order = page.evaluate(f"Array.prototype.map.call({window}.getDockedItems('toolbar[dock=bottom]')[0].items.items, "
+                          "b => b.text || b.xtype)")
+    assert [t for t in order if t != "tbfill"] == ["Help", "OK", "Reset"]
+    page.evaluate(f"""() => {{ const f = {window}.down('form').getForm();
+        f.findField('threshold').setValue('lots'); f.findField('pin').setValue('101: pve1, pve7');
+        f.findField('schedule.windows').setValue('moonday 25:00-26:00'); }}""")
+    page.evaluate(f"() => {{ {window}.down('#ok').el.dom.click(); }}")
+    page.wait_for_function(f"{window}.down('form').getForm().findField('pin').getActiveErrors().length")
+    errors = page.evaluate(f"""() => {{ const f = {window}.down('form').getForm();
+        return ['threshold', 'pin', 'schedule.windows'].map(n => f.findField(n).getActiveErrors()); }}""")
+    assert "0.1, or a percentage such as 10%" in errors[0][0]
+    assert "pve7" in errors[1][0] and "pve1, pve2" in errors[1][0]
+    assert len(" ".join(errors[2])) > 0
+    page.evaluate(f"() => {{ {window}.down('tabpanel').setActiveTab(2); }}")
+    hints = page.evaluate(f"Array.from(document.querySelectorAll('#' + {window}.id + ' .keel-example'))"
+                          ".map(e => e.textContent)")
+    assert "Example: pve3, pve4" in hints and all(h.startswith("Example: ") for h in hints)
+    nodes = page.evaluate(f"{window}.down('form').getForm().findField('ignore.nodes').emptyText")
+    assert "pve3" not in nodes                      # grey text is never an example
+    # every error shows under its field, also on a tab that was not shown when it came
+    under = page.evaluate(f"""() => ['pin'].map(n => {{ const e = {window}.down('form').getForm().findField(n)
+        .el.dom.querySelector('.x-form-error-wrap'); return e.style.display !== 'none' && e.textContent; }})""")
+    assert "pve7" in under[0]
+    shot(page, "rebalancing-settings-errors")
+
+
 def test_the_charts_draw_each_node_and_the_imbalance(open_ui):
     page = open_tab(open_ui)
     page.wait_for_function(f"{PANEL}.down('#cpuChart') && {PANEL}.down('#cpuChart').getStore().getCount() > 10")

@@ -207,8 +207,9 @@ class Engine:
         if isinstance(b.get("ignore"), dict):
             named.append(("balancing.ignore.nodes", names(b["ignore"].get("nodes"))))
         named.append(("balancing.maintenance", names(b.get("maintenance"))))
-        if isinstance(b.get("reserve"), dict):
-            named.append(("balancing.reserve", [str(n) for n in b["reserve"] if str(n) != "default"]))
+        reserve = b["memory"].get("reserve") if isinstance(b.get("memory"), dict) else None
+        if isinstance(reserve, dict):
+            named.append(("balancing.memory.reserve", [str(n) for n in reserve if str(n) != "default"]))
         if isinstance(b.get("pools"), dict):
             named += [(f"balancing.pools.{name}.pin", names(rule.get("pin"))) for name, rule in b["pools"].items()
                       if isinstance(rule, dict)]
