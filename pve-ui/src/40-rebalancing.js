@@ -795,6 +795,7 @@ Ext.define('PVE.keel.Rebalancing', {
         me.jobPoller.url = '/api/jobs/' + encodeURIComponent(job.id);
         me.jobPoller.params = function () { return { since: me.jobEvents }; };
         me.jobPoller.start();
+        me.historyPoller.interval = 5000;          // the moves' history follows the job
         me.updateButtons();
     },
 
@@ -853,6 +854,7 @@ Ext.define('PVE.keel.Rebalancing', {
             me.lastOutcome = outcome && outcome.achieved ? outcome : null;
             me.jobEta = null;
             me.jobPoller.stop();
+            me.historyPoller.interval = 30000;
             me.jobId = null;
             me.updateButtons();
             me.statusPoller.tick();
@@ -1196,10 +1198,8 @@ Ext.define('PVE.keel.MaintenancePreview', {
     iconCls: 'fa fa-wrench',
     modal: true,
     width: 760,
-    maxHeight: 560,
     layout: { type: 'vbox', align: 'stretch' },
     bodyPadding: 10,
-    scrollable: 'y',
 
     initComponent: function () {
         var me = this, p = me.preview, R = PVE.keel.Render;
@@ -1212,7 +1212,18 @@ Ext.define('PVE.keel.MaintenancePreview', {
             html: R.health(summary.stays ? 'warning' : 'good', '') + head +
                 ((p.conflicts || []).length ? '<br>' + R.health('warning', p.conflicts.join(' ')) : ''),
         }, {
+            xtype: 'grid', itemId: 'stays', title: gettext('Will stay'), disableSelection: true, maxHeight: 180,
+            hidden: !(p.stays || []).length,
+            store: { fields: ['vmid', 'name', 'type', 'reason', 'detail'], data: p.stays || [] },
+            columns: [
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 190, cellWrap: true,
+                  renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
+                { text: gettext('Reason'), dataIndex: 'reason', width: 120, renderer: Ext.htmlEncode },
+                { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
+            ],
+        }, {
             xtype: 'grid', itemId: 'moves', title: gettext('Will move'), disableSelection: true,
+            margin: '10 0 0 0', maxHeight: 250,
             store: { fields: ['vmid', 'name', 'type', 'from', 'to', 'reason', 'detail'], data: p.moves || [] },
             viewConfig: { emptyText: gettext('Nothing moves'), deferEmptyText: false },
             columns: [
@@ -1220,16 +1231,6 @@ Ext.define('PVE.keel.MaintenancePreview', {
                   renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
                 { text: gettext('From'), dataIndex: 'from', width: 80, renderer: Ext.htmlEncode },
                 { text: gettext('To'), dataIndex: 'to', width: 80, renderer: Ext.htmlEncode },
-                { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
-            ],
-        }, {
-            xtype: 'grid', itemId: 'stays', title: gettext('Will stay'), margin: '10 0 0 0', disableSelection: true,
-            hidden: !(p.stays || []).length,
-            store: { fields: ['vmid', 'name', 'type', 'reason', 'detail'], data: p.stays || [] },
-            columns: [
-                { text: gettext('Guest'), dataIndex: 'vmid', width: 190, cellWrap: true,
-                  renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
-                { text: gettext('Reason'), dataIndex: 'reason', width: 120, renderer: Ext.htmlEncode },
                 { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
             ],
         }];

@@ -132,6 +132,7 @@ def test_apply_migrates_in_the_simulator_while_the_view_follows(open_ui, ui_stac
     job_text = page.evaluate(f"{PANEL}.down('#jobPanel').el.dom.textContent")
     assert "done" in job_text
     # the job's moves carry their PVE tasks, and the history shows them
+    page.wait_for_function(f"{PANEL}.historyStore.getRange().some(r => r.get('status') === 'ok')")
     done = page.evaluate(f"{PANEL}.historyStore.getRange().filter(r => r.get('status') === 'ok').map(r => r.data)")
     # (HA guests are migrated by PVE's HA manager: no task of Keel's own, so no link)
     engine = ui_stack.client.call("GET", "/api/history?limit=50")["moves"]

@@ -120,3 +120,43 @@ def test_screenshots_and_nothing_cut_off(open_ui, theme, size):
         .map(e => e.textContent).slice(0, 10)""")
     shot(page, f"rebalancing-{size[0]}-{theme}")
     assert cut == [], cut
+
+
+def test_maintenance_shows_what_moves_and_what_stays_before_anything_moves(open_ui, ui_stack):
+    """Finding 4: "Move every guest off pve1?" while 5 of 9 stayed; now the confirmation
+    lists both, with why, and cancelling it changes nothing."""
+    page = open_tab(open_ui)
+    page.click("text=Maintenance")
+    window = "Ext.ComponentQuery.query('#keelMaintenance')[0]"
+    page.wait_for_function(f"!!{window}")
+    page.evaluate(f"() => {{ {window}.down('#node').setValue('pve1'); }}")
+    page.evaluate(f"() => {{ {window}.down('#enter').el.dom.click(); }}")
+    preview = "Ext.ComponentQuery.query('#keelMaintenancePreview')[0]"
+    page.wait_for_function(f"!!{preview} && {preview}.rendered")
+    stays = page.evaluate(f"{preview}.down('#stays').getStore().getRange().map(r => r.data)")
+    moves = page.evaluate(f"{preview}.down('#moves').getStore().getRange().map(r => r.data)")
+    assert moves and stays and all(s["reason"] and s["detail"] for s in stays)
+    head = page.evaluate(f"{preview}.down('#head').el.dom.textContent")
+    assert f"{len(stays)} stay on it" in head and f"{len(moves)} guests move off pve1" in head
+    shot(page, "rebalancing-maintenance-preview")
+    page.evaluate(f"() => {{ {preview}.down('button[text=Cancel]').el.dom.click(); }}")
+    page.wait_for_function(f"!{preview}")
+    assert ui_stack.client.call("GET", "/api/status")["maintenance"] == {}
+
+
+def test_a_plan_made_before_maintenance_or_a_config_change_is_made_again(open_ui, ui_stack):
+    """Finding 5: after Leave maintenance the old plan stayed, Apply enabled.  A change of
+    the plan's inputs (maintenance, the config, a job) makes the panel plan again."""
+    page = open_tab(open_ui)
+    first = page.evaluate(f"{PANEL}.plan.created_at")
+    ui_stack.client.call("POST", "/api/maintenance/pve5", {"action": "enter", "evacuate": False})
+    try:
+        page.wait_for_function(f"{PANEL}.plan && {PANEL}.plan.created_at !== {first} && "
+                               f"{PANEL}.planInputs.includes('pve5')", timeout=30_000)
+        # the new plan knows pve5 is in maintenance: nothing goes to it
+        assert all(m["to"] != "pve5" for m in page.evaluate(f"{PANEL}.plan.moves"))
+    finally:
+        ui_stack.client.call("POST", "/api/maintenance/pve5", {"action": "leave"})
+    second = page.evaluate(f"{PANEL}.plan.created_at")
+    page.wait_for_function(f"{PANEL}.plan && {PANEL}.plan.created_at !== {second} && "
+                           f"!{PANEL}.planInputs.includes('pve5')", timeout=30_000)

@@ -50,7 +50,8 @@ def test_the_state_words_are_the_codes():
     table = TEXT.split("Scale set states:", 1)[1].split("Provider states:", 1)[0]
     documented = re.findall(r"^\| `([A-Z ]+)` \|", table, re.M)
     assert documented == [words.LISTENING, words.HOLDING_BACK, words.BACKING_OFF, words.PAUSED,
-                          words.OFF_SCHEDULE, words.STANDBY, words.STARTING, words.UNREACHABLE]
+                          words.OFF_SCHEDULE, words.STANDBY, words.STARTING, words.UNREACHABLE,
+                          words.MISCONFIGURED]
     for word in (words.OK, words.HELD, words.UNREACHABLE, words.DISABLED):
         assert f"`{word}`" in TEXT.split("Provider states:", 1)[1].split("\n\n", 1)[0]
 

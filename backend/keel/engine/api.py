@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from keel import config as cfg
 from keel.authz import Principal
-from keel.engine import charts, openapi, peer, redact, runners_admin
+from keel.engine import charts, openapi, peer, redact, runners_admin, views
 from keel.engine.core import Engine
 from keel.engine.leadership import NotLeaderError
 from keel.errors import AuthError, InvalidError, KeelError, NotFoundError, NotAllowedError
@@ -248,7 +248,7 @@ def create_app(engine: Engine) -> Flask:
     def maintenance_preview(node: str) -> Response:
         principal = require("Sys.Audit")
         require_somewhere("VM.Migrate")
-        preview = engine.maintenance_preview(node, principal)
+        preview = views.maintenance_preview(engine, node, principal)
         see = visible(principal)        # parking moves may name guests of other nodes
         return ok({**preview, "moves": redact.moves(preview["moves"], see),
                    "stays": redact.moves(preview["stays"], see)})
@@ -459,19 +459,10 @@ def lease_data(engine: Engine) -> dict[str, Any]:
             "refused_acts": engine.fence.refused}
 
 
-def plan_inputs(engine: Engine, maintenance: dict[str, Any], running: Any) -> dict[str, Any]:
-    """What a plan depends on besides the load: the config file's version, the nodes in
-    maintenance and the last job.  A panel holding a plan made under other inputs shows it
-    as out of date and plans again (docs/ui.md, "When a plan goes stale")."""
-    last = engine.store.jobs(limit=1)
-    job = running.id if running else (f"{last[0]['id']}:{last[0]['state']}" if last else "")
-    return {"config": engine._config_stamp[:16], "maintenance": sorted(maintenance), "job": job}
-
-
 def status_data(engine: Engine) -> dict[str, Any]:
     """The engine's own state and the cluster as last read: never waits on PVE (a reading
     older than ``engine.status_interval`` is renewed in the background)."""
-    from keel.status_view import model_view, summary
+    from keel.status_view import summary
     cluster: Any = None
     error = None
     every = engine.config.engine.status_interval_s
@@ -485,12 +476,7 @@ def status_data(engine: Engine) -> dict[str, Any]:
         cluster = summary(snap, engine.config.balancing, maintenance)
         cluster.pop("guests", None)
         cluster["age_s"] = round(age or 0.0, 1)
-        # the plan's own figures (one set: docs/ui.md), smoothed as a plan made now smooths them
-        settings = engine.config.balancing
-        samples = engine.store.samples(engine.clock() - settings.window_s) or None
-        cluster["model"] = model_view(snap, settings, maintenance, samples)
-        cluster["imbalance"]["keel"] = cluster["model"]["imbalance"]["keel"]
-        cluster["imbalance"]["keel_now"] = cluster["model"]["imbalance"]["now"]
+        views.add_model(engine, snap, maintenance, cluster)
     if engine.reading.error is not None:
         error = str(engine.reading.error)
     elif snap is None:
@@ -509,6 +495,6 @@ def status_data(engine: Engine) -> dict[str, Any]:
                    "imbalance_figure": engine.config.balancing.imbalance},
         "last_round": engine.last_round, "job": running.to_json(len(running.events)) if running else None,
         "maintenance": maintenance,
-        "inputs": plan_inputs(engine, maintenance, running),
+        "inputs": views.plan_inputs(engine, maintenance, running),
         "cluster": cluster, "cluster_error": error, "errors": list(engine.errors),
     }

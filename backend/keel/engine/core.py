@@ -31,6 +31,7 @@ from keel.balance.balancer import best_node, make_plan
 from keel.balance.journal import Journal
 from keel.balance.plan import Plan
 from keel.balance.rounds import Rounds
+from keel.engine import outcome, views
 from keel.engine.jobs import Job, Jobs
 from keel.engine.leadership import Leadership
 from keel.engine.reading import SharedReading
@@ -168,58 +169,7 @@ class Engine:
             raise InvalidError(f"not valid YAML: {err}") from None
         except RecursionError:
             raise InvalidError("not valid YAML: nested too deeply") from None
-        unknown = self._unknown_nodes(data)
-        try:
-            config = cfg.parse(data, "config")
-        except InvalidError as err:           # every problem at once: the file's and the nodes'
-            if not unknown:
-                raise
-            errors = {**err.errors, **unknown}
-            raise InvalidError(f"config: {len(errors)} problem(s): " +
-                               "; ".join(f"{path}: {message}" for path, message in errors.items()),
-                               errors=errors) from None
-        if unknown:
-            raise InvalidError(f"config: {len(unknown)} problem(s): " +
-                               "; ".join(f"{path}: {message}" for path, message in unknown.items()), errors=unknown)
-        return config
-
-    def _unknown_nodes(self, data: Any) -> dict[str, str]:
-        """Node names in pins, ignore lists, maintenance and reservations must be the
-        cluster's (a typo would pin a guest nowhere).  Read from the file as written, so that
-        they are said beside its other problems; unchecked while PVE cannot be read."""
-        b = data.get("balancing") if isinstance(data, dict) else None
-        if not isinstance(b, dict):
-            return {}
-        try:
-            snap = self.snapshot()
-        except KeelError:
-            return {}
-        nodes = set(snap.nodes)
-
-        def names(value: Any) -> list[str]:
-            if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            return [str(v) for v in value] if isinstance(value, list) else []
-
-        named: list[tuple[str, list[str]]] = []
-        if isinstance(b.get("pin"), dict):
-            named += [(f"balancing.pin.{guest}", names(value)) for guest, value in b["pin"].items()]
-        if isinstance(b.get("ignore"), dict):
-            named.append(("balancing.ignore.nodes", names(b["ignore"].get("nodes"))))
-        named.append(("balancing.maintenance", names(b.get("maintenance"))))
-        reserve = b["memory"].get("reserve") if isinstance(b.get("memory"), dict) else None
-        if isinstance(reserve, dict):
-            named.append(("balancing.memory.reserve", [str(n) for n in reserve if str(n) != "default"]))
-        if isinstance(b.get("pools"), dict):
-            named += [(f"balancing.pools.{name}.pin", names(rule.get("pin"))) for name, rule in b["pools"].items()
-                      if isinstance(rule, dict)]
-        errors = {}
-        for path, given in named:
-            unknown = sorted(set(given) - nodes)
-            if unknown:
-                errors[path] = (f"no node {', '.join(repr(n) for n in unknown)} in cluster "
-                                f"{snap.cluster_name or '(standalone)'}; its nodes are {', '.join(sorted(nodes))}")
-        return errors
+        return views.parse_config(self, data)
 
     def put_config(self, text: str, requested_by: str) -> cfg.Config:
         config = self.validate_config(text)
@@ -292,8 +242,8 @@ class Engine:
                             abandon=self._stop)
             result = rounds.round(apply=settings.enable and self.leader)
             if result.execution is not None and result.execution.results and not result.decision.mandatory_only:
-                self._promise(result.execution.plan_id, result.plan)      # the round ran its whole plan
-                self._measure(result.execution.plan_id, result.execution)
+                outcome.record_promise(self.store, result.execution.plan_id, result.plan)   # its whole plan ran
+                outcome.record_achieved(self, result.execution.plan_id, result.execution)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
             if result.snapshot is not None:
                 self.reading.put(result.snapshot, age_s=self.clock() - result.snapshot.taken_at)
@@ -509,33 +459,6 @@ class Engine:
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
         return replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
 
-    def maintenance_preview(self, node: str, principal: Principal | None = None) -> dict[str, Any]:
-        """What entering maintenance on ``node`` would do, without doing it: the moves (guest,
-        where to, why) and the guests that stay, with the reason.  The same privilege check
-        as maintenance itself (VM.Migrate on every guest of the node)."""
-        snap = self.snapshot(max_age_s=FRESH_S)
-        if node not in snap.nodes:
-            from keel.errors import NotFoundError
-            raise NotFoundError(f"no node {node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
-        self._may_empty(principal, node, snap)
-        plan = self._evacuation(snap, node)
-        leaving = {m.vmid for m in plan.moves if m.source == node}
-        reasons = {s.vmid: s for s in plan.skipped if s.vmid is not None}
-        stays = []
-        for guest in sorted(snap.guests_on(node), key=lambda g: g.vmid):
-            if guest.vmid in leaving:
-                continue
-            skip = reasons.get(guest.vmid)
-            stays.append({"vmid": guest.vmid, "name": guest.name, "type": guest.type,
-                          "reason": skip.reason if skip else "stays",
-                          "detail": skip.detail if skip else "no allowed node has room for it"})
-        return {"node": node, "in_maintenance": node in self.store.maintenance_nodes(),
-                "moves": [m.to_json() for m in plan.moves], "stays": stays,
-                "conflicts": list(plan.conflicts),
-                "summary": {"moves": len(plan.moves), "stays": len(stays),
-                            "gib_moved": round(plan.bytes_moved / 1024**3, 2),
-                            "est_seconds": round(plan.est_seconds, 1)}}
-
     def _may_empty(self, principal: Principal | None, node: str, snap: Any) -> None:
         """Maintenance moves every guest off the node (now, and in every round after): it
         needs VM.Migrate on each of them, as migrating them one by one in PVE would."""
@@ -567,35 +490,10 @@ class Engine:
         executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
                             on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s,
                             journal=self._journal(), abandon=self._stop, cancel_reason=lambda: job.cancelled_by)
-        self._promise(job.id, job.plan)
+        outcome.record_promise(self.store, job.id, job.plan)          # promised and achieved (engine.outcome)
         job.execution = executor.run(job.plan, job_id=job.id, kind=job.kind)
-        job.outcome = self._measure(job.id, job.execution)
+        job.outcome = outcome.record_achieved(self, job.id, job.execution)
         self._wake.set()
-
-    # -- promised and achieved (keel.engine.outcome) --------------------------------------------
-
-    def _promise(self, job_id: str, plan: Plan) -> None:
-        from keel.engine import outcome
-        try:
-            self.store.job_outcome(job_id, promised=outcome.promise(plan))
-        except KeelError as err:             # the job goes on; only the comparison is lost
-            log.warning("job %s: cannot record its promise: %s", job_id, err)
-
-    def _measure(self, job_id: str, execution: Any) -> dict[str, Any] | None:
-        """After a job: the cluster read afresh, in the plan's terms, beside the promise."""
-        from keel.engine import outcome
-        try:
-            promised = next((j["promised"] for j in self.store.jobs(limit=50) if j["id"] == job_id), None)
-            if promised is None or execution is None:
-                return None
-            snap = self.reading.get(0.0)
-            achieved = outcome.measure(snap, self.config.balancing, self.store.maintenance_nodes(), promised,
-                                       sum(1 for r in execution.results if r.ok), promised["moves"], self.clock())
-            self.store.job_outcome(job_id, achieved=achieved)
-            return {"promised": promised, "achieved": achieved}
-        except KeelError as err:
-            log.warning("job %s: cannot measure what it achieved: %s", job_id, err)
-            return None
 
     def _error(self, where: str, message: str) -> None:
         self.errors.append({"time": self.clock(), "where": where, "message": message})

@@ -10,12 +10,16 @@ load averaged over ``balancing.window``; the measure is the load of the moment).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from keel.balance import loads
 from keel.balance.plan import Plan
 from keel.balance.rules import eligible_nodes
 from keel.balance.settings import BalancingSettings
+from keel.errors import KeelError
+
+log = logging.getLogger("keel.engine")
 
 SAME = 0.005           # figures closer than this read the same at two decimals
 
@@ -64,3 +68,27 @@ def measure(snapshot: Any, settings: BalancingSettings, maintenance: Any, promis
             "planned": planned, "measured_at": at, "nodes": _nodes(nodes),
             "why": why if abs(figures.keel - promised.get("imbalance", figures.keel)) >= SAME or made < planned
             else []}
+
+
+def record_promise(store: Any, job_id: str, plan: Plan) -> None:
+    """Before a job's first move: what its plan promises, kept with the job."""
+    try:
+        store.job_outcome(job_id, promised=promise(plan))
+    except KeelError as err:             # the job goes on; only the comparison is lost
+        log.warning("job %s: cannot record its promise: %s", job_id, err)
+
+
+def record_achieved(engine: Any, job_id: str, execution: Any) -> dict[str, Any] | None:
+    """After a job: the cluster read afresh, in the plan's terms, beside the promise."""
+    try:
+        promised = next((j["promised"] for j in engine.store.jobs(limit=50) if j["id"] == job_id), None)
+        if promised is None or execution is None:
+            return None
+        snap = engine.reading.get(0.0)
+        achieved = measure(snap, engine.config.balancing, engine.store.maintenance_nodes(), promised,
+                           sum(1 for r in execution.results if r.ok), promised["moves"], engine.clock())
+        engine.store.job_outcome(job_id, achieved=achieved)
+        return {"promised": promised, "achieved": achieved}
+    except KeelError as err:
+        log.warning("job %s: cannot measure what it achieved: %s", job_id, err)
+        return None
