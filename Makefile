@@ -56,7 +56,7 @@ $(PROXLB_STAMP):
 	touch $@
 
 # Every part runs even if one misses a target; any miss fails the target.
-bench: $(STAMP)
+bench: $(STAMP) $(EXTJS) ui
 	@status=0; \
 	$(MAKE) --no-print-directory $(PROXLB_STAMP) || echo "ProxLB 2.3.0 could not be installed from PyPI: the bench runs without it"; \
 	$(PY) tests/bench/run.py || status=1; \
@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/streaming.py || status=1; \
 	$(PY) tests/bench/runners.py || status=1; \
 	$(PY) tests/bench/runners_load.py || status=1; \
+	$(PY) tests/bench/ui_cost.py || status=1; \
 	exit $$status
 
 # The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials

@@ -29,6 +29,7 @@ var Harness = {
             me.showLogin();
             return;
         }
+        Ext.QuickTips.init();                 // as PVE's workspace does: tooltips (data-qtip) work
         Proxmox.UserName = me.login.username;
         Proxmox.CSRFPreventionToken = me.login.CSRFPreventionToken;
         Ext.state.Manager.set('GuiCap', me.login.cap);

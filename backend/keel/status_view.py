@@ -189,3 +189,49 @@ def _guest_line(guest: Guest, style: Style) -> str:
     if guest.tags:
         parts.append("tags " + ",".join(guest.tags))
     return "  ".join(parts)
+
+
+def model_view(snapshot: Snapshot, settings: BalancingSettings, maintenance: Iterable[str] = (),
+               samples: Any = None) -> dict[str, Any]:
+    """Each node's load in the plan's own terms (docs/ui.md, "One set of figures"): the
+    utilisation a plan made now starts from (averaged over ``balancing.window`` when samples
+    are given: ``smoothed``), the same of the moment (``*_now``), capacity after the
+    reservation, the cluster's average per resource, and which nodes are over the
+    thresholds in force: ``hot`` (more than ``threshold`` above the average) and
+    ``hotspot`` (at or above ``balancing.hotspot``)."""
+    from keel.balance import loads
+    from keel.balance.rules import eligible_nodes
+    eligible = eligible_nodes(snapshot, settings, set(maintenance))
+    smooth = loads.build(snapshot, settings, eligible, samples)
+    now = loads.build(snapshot, settings, eligible, None) if samples else smooth
+    u, u_now = smooth.utilisation(), now.utilisation()
+    average = smooth.fluid() if smooth.eligible.any() else None
+    names = loads.RESOURCES
+    weighted = [r for r in range(len(names)) if smooth.weights[r] > 0]
+    nodes: dict[str, Any] = {}
+    hottest: dict[str, Any] | None = None
+    for name, i in smooth.index.items():
+        row: dict[str, Any] = {"eligible": bool(smooth.eligible[i]), "hot": [], "hotspot": []}
+        for r, resource in enumerate(names):
+            row[resource] = round(float(u[i][r]), 4)
+            row[f"{resource}_now"] = round(float(u_now[i][r]), 4)
+            row[f"{resource}_used"] = round(float(smooth.load[i][r]), 3 if r == 0 else 0)
+            row[f"{resource}_cap"] = round(float(smooth.cap[i][r]), 3 if r == 0 else 0)
+            if r not in weighted or not smooth.eligible[i]:
+                continue
+            if settings.hotspot is not None and u[i][r] >= settings.hotspot:
+                row["hotspot"].append(resource)
+            if average is not None and u[i][r] - average[r] > settings.threshold:
+                row["hot"].append(resource)
+            if smooth.eligible[i] and (hottest is None or u[i][r] > hottest["value"]):
+                hottest = {"node": name, "resource": resource, "value": round(float(u[i][r]), 4),
+                           "average": round(float(average[r]), 4) if average is not None else None}
+        nodes[name] = row
+    figures, figures_now = smooth.figures(), now.figures()
+    return {"smoothed": bool(samples), "window_s": settings.window_s, "mode": settings.mode,
+            "threshold": settings.threshold, "hotspot": settings.hotspot,
+            "weights": {n: float(smooth.weights[r]) for r, n in enumerate(names)},
+            "average": {n: round(float(average[r]), 4) for r, n in enumerate(names)} if average is not None else None,
+            "imbalance": {"keel": round(figures.keel, 4), "now": round(figures_now.keel, 4),
+                          "peak": round(figures.peak, 4)},
+            "nodes": nodes, "hottest": hottest}

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, kind TEXT, requested_by TEXT, node TEXT, started_at REAL, ended_at REAL,
     state TEXT, detail TEXT);
+CREATE TABLE IF NOT EXISTS job_outcomes (id TEXT PRIMARY KEY, promised TEXT, achieved TEXT);
 """
 # Columns added after a table first shipped: (table, column, type).
 _ADDED = (("moves", "planned_at", "REAL"), ("moves", "node", "TEXT"), ("moves", "ha_sid", "TEXT"))
@@ -147,9 +148,20 @@ class Store:
                   (at, state, detail, job_id))
 
     def jobs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest jobs, each with what its plan promised and what was measured after it
+        (``keel.engine.outcome``; None until recorded)."""
         keys = ("id", "kind", "requested_by", "node", "started_at", "ended_at", "state", "detail")
-        return [dict(zip(keys, row)) for row in self._run(
-            f"SELECT {', '.join(keys)} FROM jobs ORDER BY started_at DESC LIMIT ?", (limit,))]
+        rows = self._run(f"SELECT {', '.join('jobs.' + k for k in keys)}, o.promised, o.achieved FROM jobs "
+                         f"LEFT JOIN job_outcomes o ON o.id = jobs.id ORDER BY started_at DESC LIMIT ?", (limit,))
+        return [{**dict(zip(keys, row)), "promised": json.loads(row[-2]) if row[-2] else None,
+                 "achieved": json.loads(row[-1]) if row[-1] else None} for row in rows]
+
+    def job_outcome(self, job_id: str, promised: Any = None, achieved: Any = None) -> None:
+        """Records a job's promise (before it starts) or what was achieved (after it ended)."""
+        self._run("INSERT INTO job_outcomes (id, promised, achieved) VALUES (?,?,?) ON CONFLICT(id) DO UPDATE "
+                  "SET promised=COALESCE(excluded.promised, promised), achieved=COALESCE(excluded.achieved, achieved)",
+                  (job_id, None if promised is None else json.dumps(promised),
+                   None if achieved is None else json.dumps(achieved)))
 
     def job_moves(self, job_id: str) -> list[dict[str, Any]]:
         return [dict(zip(_MOVE_KEYS, row)) for row in self._run(
@@ -248,6 +260,8 @@ class Store:
     def prune(self, now: float) -> None:
         """Drop what is older than anyone asks for: moves after 90 days, blocks once over."""
         self._run("DELETE FROM moves WHERE ended_at IS NOT NULL AND ended_at < ?", (now - KEEP_MOVES_S,))
+        self._run("DELETE FROM job_outcomes WHERE id IN (SELECT id FROM jobs WHERE ended_at IS NOT NULL AND "
+                  "ended_at < ?)", (now - KEEP_MOVES_S,))
         self._run("DELETE FROM jobs WHERE ended_at IS NOT NULL AND ended_at < ?", (now - KEEP_MOVES_S,))
         self._run("DELETE FROM blocked WHERE until < ?", (now,))
         self._run("DELETE FROM decisions WHERE t < ?", (now - KEEP_DECISIONS_S,))

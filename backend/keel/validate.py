@@ -32,8 +32,15 @@ class Problems:
             raise InvalidError(
                 f"{self.source}: {len(self.items)} problem(s): "
                 + "; ".join(f"{path}: {message}" for path, message in self.items),
-                errors={path: message for path, message in self.items},
+                errors=self.by_path(),
             )
+
+    def by_path(self) -> dict[str, str]:
+        """Every problem by its path; two at one path are both kept, joined by "; "."""
+        errors: dict[str, str] = {}
+        for path, message in self.items:
+            errors[path] = f"{errors[path]}; {message}" if path in errors else message
+        return errors
 
 
 class Reader:

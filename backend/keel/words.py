@@ -68,6 +68,7 @@ UNREACHABLE = "UNREACHABLE"         # GitHub, or the provider, cannot be reached
 RATE_LIMITED = "RATE LIMITED"       # GitHub asked Keel to wait until a time: no call, no verdict till then
 DEGRADED = "DEGRADED"               # GitHub is not answering (or failing): no runner is judged by its silence
 DRAINING = "DRAINING"               # `keel runners drain`: the jobs it has, then no more
+MISCONFIGURED = "MISCONFIGURED"     # GitHub answers, but lacks what the config names (a runner group)
 HELD = "HELD"                       # provider: a scale set's hold keeps lower priorities off it
 OK = "OK"                           # provider: taking runners
 DISABLED = "DISABLED"               # provider: disabled in the config

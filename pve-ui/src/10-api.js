@@ -38,6 +38,9 @@ Ext.define('PVE.keel.Api', {
         var me = this;
         var method = options.method || 'GET';
         var headers = { Accept: 'application/json' };
+        if (options.etag) {
+            headers['If-None-Match'] = options.etag;       // 304 when nothing changed
+        }
         var ticket = me.ticket();
         if (ticket) {
             headers.Authorization = 'PVEAuthCookie=' + ticket;
@@ -73,7 +76,11 @@ Ext.define('PVE.keel.Api', {
                     answer = null;
                 }
                 var status = response ? response.status : 0;
-                if (success && answer && status >= 200 && status < 300) {
+                if (status === 304) {
+                    if (options.notModified) {
+                        options.notModified.call(options.scope, response);
+                    }
+                } else if (success && answer && status >= 200 && status < 300) {
                     if (options.success) {
                         options.success.call(options.scope, answer.data, response);
                     }
@@ -115,9 +122,12 @@ Ext.define('PVE.keel.Api', {
 });
 
 /*
- * PVE.keel.Poller: one request at a time, every `interval` ms, while `panel` is visible;
- * stopped when the panel is destroyed.
- *   Ext.create('PVE.keel.Poller', {panel: me, url: '/api/status', onData: fn(data), onError: fn(error)})
+ * PVE.keel.Poller: one request at a time, every `interval` ms, while `panel` is visible
+ * and the browser tab is not hidden (document.hidden); stopped when the panel is destroyed.
+ *   Ext.create('PVE.keel.Poller', {panel: me, url: '/api/status', onData: fn(data), onError: fn(error),
+ *                                  fields: ['cluster', 'job']})
+ * `fields`: only those keys of the answer (keel-web's ?fields=).  Every answer's ETag is
+ * sent back as If-None-Match: an unchanged answer is a bodiless 304 and onData is not called.
  */
 Ext.define('PVE.keel.Poller', {
     interval: 3000,
@@ -126,7 +136,15 @@ Ext.define('PVE.keel.Poller', {
         var me = this;
         Ext.apply(me, config);
         me.running = false;
+        me.etag = null;
         me.panel.on('destroy', me.stop, me);
+        // back in view: refresh at once rather than at the next round
+        me.onVisibility = function () {
+            if (!document.hidden && me.running && me.skipped) {
+                me.tick();
+            }
+        };
+        document.addEventListener('visibilitychange', me.onVisibility);
     },
 
     start: function () {
@@ -140,6 +158,9 @@ Ext.define('PVE.keel.Poller', {
     stop: function () {
         var me = this;
         me.running = false;
+        if (me.panel.destroyed) {
+            document.removeEventListener('visibilitychange', me.onVisibility);
+        }
         if (me.timer) {
             clearTimeout(me.timer);
             me.timer = null;
@@ -156,22 +177,32 @@ Ext.define('PVE.keel.Poller', {
         if (!me.running || me.panel.destroyed) {
             return;
         }
-        var next = function () {
+        var next = function (soon) {
             if (me.running && !me.panel.destroyed) {
-                me.timer = setTimeout(function () { me.tick(); }, me.interval);
+                me.timer = setTimeout(function () { me.tick(); }, soon ? Math.min(me.interval, 1000) : me.interval);
             }
         };
-        if (me.panel.isVisible && !me.panel.isVisible(true)) {
-            next();
+        if (document.hidden || (me.panel.isVisible && !me.panel.isVisible(true))) {
+            me.skipped = true;           // no request; looked at again within a second
+            next(true);
             return;
         }
+        me.skipped = false;
+        var params = Ext.apply({}, typeof me.params === 'function' ? me.params() : me.params);
+        if (me.fields) {
+            params.fields = me.fields.join(',');
+        }
+        var url = me.url;
         PVE.keel.Api.request({
-            url: me.url,
-            params: typeof me.params === 'function' ? me.params() : me.params,
-            success: function (data) {
+            url: url,
+            params: Ext.Object.isEmpty(params) ? undefined : params,
+            etag: me.etag && me.etagUrl === url ? me.etag : undefined,
+            success: function (data, response) {
                 if (me.panel.destroyed) {
                     return;
                 }
+                me.etag = response && response.getResponseHeader ? response.getResponseHeader('ETag') : null;
+                me.etagUrl = url;
                 try {
                     me.onData.call(me.scope || me.panel, data);
                 } catch (err) {        // a fault of the panel's own: said, logged, polling goes on
@@ -190,7 +221,7 @@ Ext.define('PVE.keel.Poller', {
                     me.onError.call(me.scope || me.panel, error);
                 }
             },
-            callback: next,
+            callback: function () { next(false); },
         });
     },
 });

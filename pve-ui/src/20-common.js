@@ -28,7 +28,7 @@ Ext.define('PVE.keel.Render', {
     // "41% -> 35%" for a before and after, one figure when they agree.
     change: function (before, after) {
         var R = PVE.keel.Render;
-        if (after === undefined || after === null || Math.abs(before - after) < 0.005) {
+        if (after === undefined || after === null || R.percent(before) === R.percent(after)) {
             return R.percent(before);
         }
         return R.percent(before) + ' <i class="fa fa-long-arrow-right"></i> ' + R.percent(after);
@@ -43,7 +43,49 @@ Ext.define('PVE.keel.Render', {
             value /= 1024;
             i++;
         }
-        return (i === 0 ? value : value.toFixed(value < 10 ? 1 : 0)) + ' ' + units[i];
+        return (i === 0 ? value : value.toFixed(2)) + ' ' + units[i];     // PVE's format_size: 2 decimals
+    },
+
+    // PVE's usage renderer: "45.00% (7.20 GiB of 16.00 GiB)"; CPU: "45.00% of 8 CPU(s)".
+    usage: function (frac, used, total) {
+        var R = PVE.keel.Render;
+        if (frac === null || frac === undefined || isNaN(frac)) {
+            return '-';
+        }
+        return (frac * 100).toFixed(2) + '% (' + R.size(used) + ' ' + gettext('of') + ' ' + R.size(total) + ')';
+    },
+
+    cpuUsage: function (frac, cpus) {
+        if (frac === null || frac === undefined || isNaN(frac)) {
+            return '-';
+        }
+        return Ext.String.format(gettext('{0}% of {1}'), (frac * 100).toFixed(2), cpus) + ' ' + gettext('CPU(s)');
+    },
+
+    // A small line of `values` (0..1 scale given by `max`) with a dashed line at `mark`, as
+    // inline SVG in the text colour (both themes); `dots`: indexes to mark (applied jobs).
+    sparkline: function (values, max, mark, dots, width, height) {
+        width = width || 120;
+        height = height || 18;
+        if (!values.length) {
+            return '';
+        }
+        max = Math.max(max || 0, mark || 0, Math.max.apply(null, values)) || 1;
+        var x = function (i) { return values.length === 1 ? width : (i * width / (values.length - 1)); };
+        var y = function (v) { return (height - 1) - (v / max) * (height - 2); };
+        var points = values.map(function (v, i) { return x(i).toFixed(1) + ',' + y(v).toFixed(1); }).join(' ');
+        var svg = '<svg class="keel-sparkline" width="' + width + '" height="' + height + '" viewBox="0 0 ' +
+            width + ' ' + height + '" style="vertical-align: middle; overflow: visible">';
+        if (mark) {
+            svg += '<line x1="0" x2="' + width + '" y1="' + y(mark).toFixed(1) + '" y2="' + y(mark).toFixed(1) +
+                '" stroke="currentColor" stroke-opacity="0.5" stroke-dasharray="3,2"/>';
+        }
+        svg += '<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="' + points + '"/>';
+        (dots || []).forEach(function (i) {
+            svg += '<circle cx="' + x(i).toFixed(1) + '" cy="' + y(values[i]).toFixed(1) + '" r="2.5" ' +
+                'fill="currentColor"/>';
+        });
+        return svg + '</svg>';
     },
 
     duration: function (seconds) {
@@ -88,6 +130,29 @@ Ext.define('PVE.keel.Render', {
 
     node: function (name) {
         return '<i class="fa fa-fw fa-building"></i> ' + Ext.htmlEncode(name);
+    },
+
+    // A panel's long title wraps rather than being cut off (its header grows).
+    wrapTitle: function (panel) {
+        var header = panel.getHeader && panel.getHeader();
+        var title = header && header.getTitle && header.getTitle();
+        var text = title && title.getEl() && title.getEl().down('.x-title-text');
+        if (text) {
+            text.setStyle({ whiteSpace: 'normal', overflow: 'visible' });
+            title.getEl().setStyle({ overflow: 'visible' });
+        }
+    },
+
+    // A Help button as PVE puts one in its panels (right of the toolbar), opening Keel's own
+    // documentation as keel-web serves it (/docs/<page>).
+    helpButton: function (page) {
+        return {
+            xtype: 'button', text: gettext('Help'), iconCls: 'fa fa-question-circle', itemId: 'help',
+            tooltip: gettext('Keel\'s documentation for this panel'),
+            handler: function () {
+                window.open(PVE.keel.Api.baseUrl() + '/docs/' + page, '_blank', 'noopener');
+            },
+        };
     },
 
     // A UPID as a link that opens PVE's task viewer (PVE.keel.Render.openTask).
@@ -161,7 +226,13 @@ Ext.define('PVE.keel.Render', {
     },
 
     // A grid column with a progress bar for a 0..1 field (the theme's own progress bar).
+    // extra.text(record) gives the bar's text, extra.health(record) 'warning' or 'critical'
+    // for PVE's own coloured bars (.x-progress.warning / .critical, both themes).
     loadColumn: function (text, dataIndex, extra) {
+        extra = extra || {};
+        var textOf = extra.barText, healthOf = extra.health;
+        delete extra.barText;
+        delete extra.health;
         return Ext.apply({
             text: text,
             dataIndex: dataIndex,
@@ -174,6 +245,17 @@ Ext.define('PVE.keel.Render', {
             onWidgetAttach: function (column, widget, record) {
                 var value = record.get(dataIndex);
                 widget.setHidden(value === null || value === undefined);
+                if (textOf) {
+                    widget.setText(textOf(record));
+                }
+                var health = healthOf ? healthOf(record) : null;
+                ['warning', 'critical'].forEach(function (cls) {
+                    if (cls === health) {
+                        widget.addCls(cls);
+                    } else {
+                        widget.removeCls(cls);
+                    }
+                });
             },
         }, extra);
     },

@@ -22,7 +22,11 @@ Ext.define('PVE.keel.Rebalancing', {
         me.jobId = null;
 
         me.nodeStore = PVE.keel.Render.store(['node', 'state', 'cpu', 'mem', 'disk', 'guests', 'running', 'ha_guests', 'maxcpu',
-                'maxmem', 'after_cpu', 'after_mem', 'after_guests', 'plan_cpu', 'plan_mem'], 'node');
+                'maxmem', 'after_cpu', 'after_mem', 'after_guests', 'plan_cpu', 'plan_mem', 'cpu_now', 'mem_now',
+                'cpu_used', 'cpu_cap', 'mem_used', 'mem_cap', 'disk_used', 'disk_cap', 'hot', 'hotspot', 'eligible'],
+        'node');
+        me.jobStore = PVE.keel.Render.store(['id', 'kind', 'requested_by', 'started_at', 'ended_at', 'state', 'detail',
+            'promised', 'achieved'], 'id', { sorters: [{ property: 'started_at', direction: 'DESC' }] });
         me.planStore = PVE.keel.Render.store(['vmid', 'name', 'type', 'from', 'to', 'reason', 'detail', 'wave', 'mem_bytes',
                 'disk_bytes', 'est_seconds', 'running', 'state', 'upid', 'error'], 'vmid');
         me.historyStore = PVE.keel.Render.store(['id', 'vmid', 'name', 'type', 'source', 'target', 'reason',
@@ -31,10 +35,12 @@ Ext.define('PVE.keel.Rebalancing', {
         me.summaryStore = PVE.keel.Render.store(['key', 'name', 'value'], 'key', {
             data: [
                 { key: 'imbalance', name: gettext('Imbalance') },
+                { key: 'hottest', name: gettext('Hottest node') },
                 { key: 'leader', name: gettext('Leader') },
                 { key: 'round', name: gettext('Last round') },
                 { key: 'automatic', name: gettext('Automatic balancing') },
                 { key: 'maintenance', name: gettext('Maintenance') },
+                { key: 'lastjob', name: gettext('Last job') },
             ],
         });
 
@@ -42,7 +48,8 @@ Ext.define('PVE.keel.Rebalancing', {
             text: gettext('Plan'),
             itemId: 'planButton',
             iconCls: 'fa fa-refresh',
-            tooltip: gettext('Plan again from the cluster as it is now (dry run)'),
+            tooltip: me.canMigrate ? gettext('Plan again from the cluster as it is now (dry run)')
+                : gettext('Planning needs VM.Migrate on the guests to move'),
             disabled: !me.canMigrate,
             handler: function () { me.loadPlan(); },
         }, {
@@ -50,6 +57,7 @@ Ext.define('PVE.keel.Rebalancing', {
             itemId: 'applyButton',
             iconCls: 'fa fa-play',
             disabled: true,
+            tooltip: me.canMigrate ? null : gettext('Applying needs VM.Migrate on the guests to move'),
             handler: function () { me.confirmApply(); },
         }, {
             text: gettext('Stop'),
@@ -62,6 +70,7 @@ Ext.define('PVE.keel.Rebalancing', {
             itemId: 'maintenanceButton',
             iconCls: 'fa fa-wrench',
             disabled: !me.canMigrate,
+            tooltip: me.canMigrate ? null : gettext('Maintenance needs VM.Migrate on every guest of the node'),
             handler: function () {
                 Ext.create('PVE.keel.MaintenanceWindow', { panel: me }).show();
             },
@@ -70,6 +79,7 @@ Ext.define('PVE.keel.Rebalancing', {
             itemId: 'settingsButton',
             iconCls: 'fa fa-pencil',
             disabled: !me.canModify,
+            tooltip: me.canModify ? null : gettext('Changing the settings needs Sys.Modify on /'),
             handler: function () {
                 Ext.create('PVE.keel.BalancingEdit', {
                     listeners: { saved: function () { me.refreshAll(); } },
@@ -77,7 +87,7 @@ Ext.define('PVE.keel.Rebalancing', {
             },
         }, '->', {
             xtype: 'component', itemId: 'updated', cls: 'pmx-hint',
-        }];
+        }, PVE.keel.Render.helpButton('ui.md#the-rebalancing-tab')];
 
         me.dockedItems = [
             { xtype: 'pveKeelNotice', dock: 'top', itemId: 'notice' },
@@ -100,7 +110,7 @@ Ext.define('PVE.keel.Rebalancing', {
                 viewConfig: { markDirty: false },
                 trackMouse: false,
                 columns: [
-                    { dataIndex: 'name', width: 170 },
+                    { dataIndex: 'name', width: 165 },
                     { dataIndex: 'value', flex: 1, renderer: function (v) { return v || ''; },
                       cellWrap: true },
                 ],
@@ -114,7 +124,8 @@ Ext.define('PVE.keel.Rebalancing', {
                 layout: { type: 'vbox', align: 'stretch' },
                 items: [
                     { xtype: 'component', itemId: 'jobText' },
-                    { xtype: 'progressbarwidget', itemId: 'jobProgress', margin: '8 0 0 0', height: 20 },
+                    { xtype: 'progressbarwidget', itemId: 'jobProgress', margin: '8 0 0 0', height: 20,
+                      textTpl: ['{percent:number("0")}%'] },
                 ],
             }],
         }, {
@@ -126,26 +137,61 @@ Ext.define('PVE.keel.Rebalancing', {
             margin: '10 0 0 0',
             viewConfig: { emptyText: gettext('No data yet'), deferEmptyText: false, markDirty: false },
             columns: [
-                { text: gettext('Node'), dataIndex: 'node', width: 160, renderer: me.renderNode },
-                PVE.keel.Render.loadColumn(gettext('CPU usage'), 'cpu'),
-                PVE.keel.Render.loadColumn(gettext('Memory usage'), 'mem'),
-                PVE.keel.Render.loadColumn(gettext('Disk usage'), 'disk'),
+                { text: gettext('Node'), dataIndex: 'node', minWidth: 150, flex: 1, renderer: me.renderNode },
+                PVE.keel.Render.loadColumn(gettext('CPU usage'), 'cpu', { itemId: 'cpuColumn', width: 210,
+                    barText: function (rec) { return PVE.keel.Render.cpuUsage(rec.get('cpu'), rec.get('cpu_cap')); },
+                    health: function (rec) { return me.barHealth(rec, 'cpu'); } }),
+                PVE.keel.Render.loadColumn(gettext('Memory usage'), 'mem', { itemId: 'memColumn', width: 250,
+                    barText: function (rec) {
+                        return PVE.keel.Render.usage(rec.get('mem'), rec.get('mem_used'), rec.get('mem_cap'));
+                    },
+                    health: function (rec) { return me.barHealth(rec, 'memory'); } }),
+                PVE.keel.Render.loadColumn(gettext('Local disk'), 'disk', { itemId: 'diskColumn', width: 250,
+                    hidden: true,
+                    barText: function (rec) {
+                        return PVE.keel.Render.usage(rec.get('disk'), rec.get('disk_used'), rec.get('disk_cap'));
+                    },
+                    health: function (rec) { return me.barHealth(rec, 'disk'); } }),
                 { text: gettext('Guests'), dataIndex: 'guests', width: 90, align: 'right',
                   renderer: function (v, meta, rec) {
                       return v === null ? '-' : Ext.htmlEncode(v) + (rec.get('ha_guests')
                           ? ' <span class="pmx-hint">(' + Ext.htmlEncode(rec.get('ha_guests')) + ' HA)</span>' : '');
                   } },
                 { text: gettext('After the plan'), columns: [
-                    { text: gettext('CPU'), dataIndex: 'after_cpu', width: 110, renderer: me.renderAfter('cpu') },
-                    { text: gettext('Memory'), dataIndex: 'after_mem', width: 110, renderer: me.renderAfter('mem') },
+                    { text: gettext('CPU'), dataIndex: 'after_cpu', width: 120, renderer: me.renderAfter('cpu') },
+                    { text: gettext('Memory'), dataIndex: 'after_mem', width: 120, renderer: me.renderAfter('mem') },
                     { text: gettext('Guests'), dataIndex: 'after_guests', width: 90,
                       renderer: me.renderAfter('guests') },
                 ] },
             ],
         }, {
+            xtype: 'panel',
+            itemId: 'charts',
+            title: gettext('Load over time') + ' <span class="pmx-hint">(' + gettext('dashed: the cluster\'s ' +
+                'average and the threshold above it, or the imbalance\'s threshold; dots: jobs applied') + ')</span>',
+            margin: '10 0 0 0',
+            height: 290,
+            layout: { type: 'hbox', align: 'stretch' },
+            tools: [{
+                xtype: 'segmentedbutton', itemId: 'timeframe', allowMultiple: false,
+                items: [{ text: gettext('Hour'), value: 'hour', pressed: true }, { text: gettext('Day'), value: 'day' }],
+                listeners: { toggle: function (button, item, pressed) {
+                    if (pressed) {
+                        me.chartPoller.params = { timeframe: item.value };
+                        me.chartPoller.etag = null;
+                        me.chartPoller.tick();
+                    }
+                } },
+            }],
+            items: [
+                { xtype: 'component', itemId: 'chartsEmpty', flex: 1, padding: 10, cls: 'pmx-hint',
+                  html: gettext('Reading the nodes\' history from Proxmox VE...') },
+            ],
+        }, {
             xtype: 'grid',
             itemId: 'plan',
             title: gettext('Plan'),
+            listeners: { afterrender: PVE.keel.Render.wrapTitle },
             store: me.planStore,
             margin: '10 0 0 0',
             minHeight: 120,
@@ -153,8 +199,8 @@ Ext.define('PVE.keel.Rebalancing', {
             bbar: { itemId: 'leftAlone', hidden: true,
                 items: [{ xtype: 'component', itemId: 'leftAloneText', flex: 1, cls: 'pmx-hint' }] },
             columns: [
-                { text: gettext('Wave'), dataIndex: 'wave', width: 70, align: 'right' },
-                { text: gettext('Guest'), dataIndex: 'vmid', width: 170,
+                { text: gettext('Wave'), dataIndex: 'wave', width: 72, align: 'right' },
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 170, cellWrap: true,
                   renderer: function (v, meta, rec) { return PVE.keel.Render.guest(v, rec.get('name'), rec.get('type')); } },
                 { text: gettext('From'), dataIndex: 'from', width: 90, renderer: Ext.htmlEncode },
                 { text: gettext('To'), dataIndex: 'to', width: 90, renderer: Ext.htmlEncode },
@@ -171,6 +217,27 @@ Ext.define('PVE.keel.Rebalancing', {
             ],
         }, {
             xtype: 'grid',
+            itemId: 'jobs',
+            title: gettext('Jobs: promised and reached'),
+            store: me.jobStore,
+            margin: '10 0 0 0',
+            maxHeight: 240,
+            disableSelection: true,
+            viewConfig: { emptyText: gettext('No jobs yet'), deferEmptyText: false, markDirty: false },
+            columns: [
+                { text: gettext('Started'), dataIndex: 'started_at', width: 150, renderer: PVE.keel.Render.timestamp },
+                { text: gettext('Job'), dataIndex: 'kind', width: 100, renderer: me.renderJobKind },
+                { text: gettext('Status'), dataIndex: 'state', width: 100, renderer: me.renderJobState },
+                { text: gettext('Imbalance promised'), dataIndex: 'promised', width: 165, align: 'right',
+                  renderer: function (v) { return v ? Number(v.imbalance).toFixed(2) : '-'; } },
+                { text: gettext('Reached'), dataIndex: 'achieved', width: 95, align: 'right',
+                  renderer: function (v) { return v ? Number(v.imbalance).toFixed(2) : '-'; } },
+                { text: gettext('Why they differ'), dataIndex: 'achieved', flex: 2, minWidth: 200, cellWrap: true,
+                  renderer: function (v, meta, rec) { return me.whyText(rec.get('promised'), v, rec.get('detail')); } },
+                { text: gettext('By'), dataIndex: 'requested_by', width: 140, renderer: Ext.htmlEncode },
+            ],
+        }, {
+            xtype: 'grid',
             itemId: 'history',
             title: gettext('History'),
             store: me.historyStore,
@@ -180,12 +247,13 @@ Ext.define('PVE.keel.Rebalancing', {
             columns: [
                 { text: gettext('Started'), dataIndex: 'started_at', width: 150,
                   renderer: PVE.keel.Render.timestamp },
-                { text: gettext('Guest'), dataIndex: 'vmid', width: 170,
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 170, cellWrap: true,
                   renderer: function (v, meta, rec) { return PVE.keel.Render.guest(v, rec.get('name'), rec.get('type')); } },
                 { text: gettext('From'), dataIndex: 'source', width: 90, renderer: Ext.htmlEncode },
                 { text: gettext('To'), dataIndex: 'target', width: 90, renderer: Ext.htmlEncode },
                 { text: gettext('Reason'), dataIndex: 'reason', width: 110, renderer: Ext.htmlEncode },
-                { text: gettext('Why'), dataIndex: 'detail', flex: 1, renderer: Ext.htmlEncode },
+                { text: gettext('Why'), dataIndex: 'detail', flex: 1, minWidth: 120, renderer: Ext.htmlEncode,
+                  cellWrap: true },
                 { text: gettext('Status'), dataIndex: 'status', width: 130, renderer: me.renderMoveState },
                 { text: gettext('Task'), dataIndex: 'upid', width: 80, renderer: PVE.keel.Render.task },
                 { text: gettext('By'), dataIndex: 'requested_by', width: 140, renderer: Ext.htmlEncode },
@@ -195,26 +263,35 @@ Ext.define('PVE.keel.Rebalancing', {
         me.callParent();
         PVE.keel.Render.wireTaskLinks(me);
 
+        // What the panel costs (docs/ui.md, "What the panels cost"): only the fields it reads,
+        // 304 when unchanged, nothing while the browser tab is hidden.
         me.statusPoller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/status',
+            panel: me, url: '/api/status', interval: 5000,
+            fields: ['node', 'leader_node', 'config', 'last_round', 'job', 'maintenance', 'inputs', 'cluster',
+                'cluster_error'],
             onData: me.onStatus, onError: me.onError, scope: me,
         });
         me.historyPoller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/history', params: { limit: 50 },
+            panel: me, url: '/api/history', params: { limit: 50 }, interval: 30000,
             onData: me.onHistory, onError: me.onError, scope: me,
         });
         me.crsPoller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/pve/crs', interval: 30000,
+            panel: me, url: '/api/pve/crs', interval: 60000, fields: ['auto_rebalance', 'ha', 'threshold'],
             onData: me.onCrs, onError: Ext.emptyFn, scope: me,
         });
+        me.chartPoller = Ext.create('PVE.keel.Poller', {
+            panel: me, url: '/api/charts/nodes', params: { timeframe: 'hour' }, interval: 60000,
+            onData: me.onCharts, onError: Ext.emptyFn, scope: me,
+        });
         me.jobPoller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/jobs/', interval: 1000,
+            panel: me, url: '/api/jobs/', interval: 2000,
             onData: me.onJob, onError: me.onError, scope: me,
         });
         me.on('afterrender', function () {
             me.statusPoller.start();
             me.historyPoller.start();
             me.crsPoller.start();
+            me.chartPoller.start();
             me.loadPlan();
         });
     },
@@ -244,8 +321,12 @@ Ext.define('PVE.keel.Rebalancing', {
             me.down('#configNotice').clear();
         }
         var cluster = status.cluster || {};
-        // The imbalance (docs/balancing.md): the figure keel status and keel plan show; PVE's
-        // CRS figure beside it, named, and the threshold said of the figure it applies to.
+        var model = cluster.model || null;
+        me.model = model;
+        // The imbalance (docs/balancing.md): the figure keel status and keel plan show, from the
+        // plan's own load model (smoothed over balancing.window as a plan made now smooths it,
+        // the figure of the moment beside it); PVE's CRS figure beside it, named, and the
+        // threshold said of the figure it applies to.
         var figure = me.figureOf(status);
         var threshold = config.threshold !== undefined ? Number(config.threshold).toFixed(2) : '-';
         var pve = cluster.imbalance ? cluster.imbalance.pve : null;
@@ -257,18 +338,35 @@ Ext.define('PVE.keel.Rebalancing', {
                 ? Ext.String.format(gettext('{0} (threshold {1})'), figure.toFixed(2), threshold)
                 : Ext.String.format(gettext('{0} (threshold {1} on the {2})'), figure.toFixed(2), threshold,
                     config.imbalance_figure === 'pve' ? gettext("PVE's CRS figure") : gettext('spread'));
+            if (model && model.smoothed) {
+                text += ' \u00b7 ' + Ext.String.format(gettext('smoothed over {0} min, now {1}'),
+                    Math.round(model.window_s / 60), Number(model.imbalance.now).toFixed(2));
+            } else if (model) {
+                text += ' \u00b7 ' + gettext('now (no samples yet to smooth)');
+            }
             if (pve !== null) {
                 text += ' \u00b7 ' + Ext.String.format(gettext("PVE's CRS figure {0}"), pve.toFixed(2));
             }
-            imbalance = R.health(over ? 'warning' : 'good', text);
+            imbalance = me.sparkline(config.threshold) + ' ' + R.health(over ? 'warning' : 'good', text);
         } else if (status.cluster_error) {
             imbalance = R.health('critical', status.cluster_error);
+        }
+        var hottest = '<span class="pmx-hint">-</span>';
+        if (model && model.hottest) {
+            var h = model.hottest, hotRow = model.nodes[h.node] || {};
+            var state = hotRow.hotspot && hotRow.hotspot.length ? 'critical'
+                : hotRow.hot && hotRow.hot.length ? 'warning' : 'good';
+            hottest = R.health(state, Ext.String.format(gettext('{0}: {1} {2}'), h.node,
+                h.resource === 'cpu' ? gettext('CPU') : h.resource === 'memory' ? gettext('memory') : gettext('disk'),
+                R.percent(h.value))) + ' <span class="pmx-hint">(' + Ext.htmlEncode(Ext.String.format(
+                gettext('average {0}; hot above {1}, hotspot at {2}'), R.percent(h.average),
+                R.percent(h.average + model.threshold), model.hotspot ? R.percent(model.hotspot) : '-')) + ')</span>';
         }
         var round = status.last_round;
         var roundText = round
             ? R.health(round.verdict === 'BALANCED' ? 'good' : round.applied ? 'busy' : 'warning',
                 round.verdict) + ' ' + Ext.htmlEncode(round.reason || '') +
-                ' <span class="pmx-hint">(' + Ext.htmlEncode(R.ago(round.time, status.time)) + ')</span>'
+                ' <span class="pmx-hint">(' + Ext.htmlEncode(R.ago(round.time)) + ')</span>'
             : '<span class="pmx-hint">' + gettext('none yet') + '</span>';
         var leader = status.leader_node
             ? R.node(status.leader_node) + (status.leader_node === status.node
@@ -277,6 +375,8 @@ Ext.define('PVE.keel.Rebalancing', {
         var maintenance = Object.keys(status.maintenance || {});
         var rows = {
             imbalance: imbalance,
+            hottest: hottest,
+            lastjob: me.lastJobText(),
             leader: leader,
             round: roundText,
             automatic: config.balancing_enabled
@@ -291,7 +391,12 @@ Ext.define('PVE.keel.Rebalancing', {
                 rec.set('value', value);
             }
         });
-        me.mergeNodes(cluster.nodes || [], status.maintenance || {});
+        me.mergeNodes(cluster.nodes || [], status.maintenance || {}, model);
+        if (model && me.plan && !me.jobId && me.titledWithModel !== !!model.smoothed) {
+            me.titledWithModel = !!model.smoothed;          // the title says what load it is of
+            me.down('#plan').setTitle(me.planTitle(me.plan));
+        }
+        me.checkPlanInputs(status);
         var job = status.job;
         if (job && job.state === 'running' && me.jobId !== job.id) {
             me.followJob(job);
@@ -304,36 +409,139 @@ Ext.define('PVE.keel.Rebalancing', {
         }
     },
 
+    // The imbalance now, in the plan's terms (the figure a plan made now starts from).
     figureOf: function (status) {
-        var round = status.last_round;
-        if (round && round.imbalance !== undefined && round.imbalance !== null) {
-            return round.imbalance;
+        var model = status.cluster && status.cluster.model;
+        if (model && model.imbalance) {
+            return model.imbalance.keel;
         }
         var imb = status.cluster && status.cluster.imbalance;
         return imb && imb.keel !== undefined ? imb.keel : null;
     },
 
-    mergeNodes: function (nodes, maintenance) {
+    // The bars show the plan's own figures (cluster.model): the load averaged over
+    // balancing.window (as a plan made now sees it), capacity after the reservation.
+    mergeNodes: function (nodes, maintenance, model) {
         var me = this;
         var rows = nodes.map(function (n) {
             var state = !n.online ? 'offline' : maintenance[n.node] || n.maintenance ? 'maintenance'
                 : n.ha_state && n.ha_state !== 'online' ? n.ha_state : 'online';
-            return {
-                node: n.node, state: state, cpu: n.online ? n.cpu_frac : null,
-                mem: n.online && n.maxmem ? n.mem / n.maxmem : null,
-                disk: n.online && n.maxdisk ? n.disk / n.maxdisk : null,
-                guests: n.guests, running: n.running, ha_guests: n.ha_guests,
+            var m = model && model.nodes[n.node];
+            var row = {
+                node: n.node, state: state, guests: n.guests, running: n.running, ha_guests: n.ha_guests,
                 maxcpu: n.maxcpu, maxmem: n.maxmem,
+                cpu: null, mem: null, disk: null, cpu_now: null, mem_now: null, hot: [], hotspot: [], eligible: false,
             };
+            if (m) {
+                Ext.apply(row, { cpu: m.cpu, mem: m.memory, disk: m.disk, cpu_now: m.cpu_now, mem_now: m.memory_now,
+                    cpu_used: m.cpu_used, cpu_cap: m.cpu_cap, mem_used: m.memory_used, mem_cap: m.memory_cap,
+                    disk_used: m.disk_used, disk_cap: m.disk_cap, hot: m.hot, hotspot: m.hotspot,
+                    eligible: m.eligible });
+            }
+            return row;
         });
         PVE.keel.Render.mergeStore(me.nodeStore, rows, 'node');
+        if (model) {
+            var grid = me.down('#nodes');
+            var label = model.smoothed ? Ext.String.format(gettext('avg. {0} min'), Math.round(model.window_s / 60))
+                : gettext('now');
+            me.down('#cpuColumn').setText(gettext('CPU usage') + ' (' + label + ')');
+            me.down('#memColumn').setText(gettext('Memory usage') + ' (' + label + ')');
+            me.down('#diskColumn').setHidden(!(model.weights && model.weights.disk > 0));
+            if (!grid.keelTitled) {
+                grid.keelTitled = true;
+                grid.setTitle(gettext('Nodes') + ' <span class="pmx-hint">' + Ext.htmlEncode(model.smoothed
+                    ? Ext.String.format(gettext('(load as the plan sees it: averaged over {0} min; the bar\'s ' +
+                        'tooltip has the load now)'), Math.round(model.window_s / 60))
+                    : gettext('(load now; the plan averages it once samples are in)')) + '</span>');
+            }
+        }
         me.applyPlanToNodes();
+    },
+
+    // PVE's coloured bars: critical at the hotspot limit, warning more than the threshold
+    // above the cluster's average (the thresholds in force: balancing.hotspot, .threshold).
+    barHealth: function (rec, resource) {
+        if ((rec.get('hotspot') || []).indexOf(resource) >= 0) {
+            return 'critical';
+        }
+        return (rec.get('hot') || []).indexOf(resource) >= 0 ? 'warning' : null;
+    },
+
+    sparkline: function (threshold) {
+        var me = this, R = PVE.keel.Render;
+        var decisions = (me.decisions || []).slice().reverse();
+        if (decisions.length < 2) {
+            return '';
+        }
+        var values = decisions.map(function (d) { return d.figure || 0; });
+        var dots = [];
+        decisions.forEach(function (d, i) {
+            if (d.moves) {
+                dots.push(i);
+            }
+        });
+        return '<span data-qtip="' + Ext.htmlEncode(Ext.String.format(gettext('The imbalance of the last {0} ' +
+            'rounds; dashed: the threshold; dots: rounds that moved guests'), values.length)) + '">' +
+            R.sparkline(values, null, threshold, dots, 100, 16) + '</span>';
+    },
+
+    // "Apply by root@pam: promised 0.03, reached 0.06 (2 of 9 moves were not made)"
+    lastJobText: function () {
+        var me = this, R = PVE.keel.Render;
+        var job = me.jobStore.getCount() ? me.jobStore.getAt(0) : null;
+        if (!job) {
+            return '<span class="pmx-hint">' + gettext('none yet') + '</span>';
+        }
+        var promised = job.get('promised'), achieved = job.get('achieved');
+        var text = me.renderJobKind(job.get('kind')) + ' ' + me.renderJobState(job.get('state')) +
+            ' <span class="pmx-hint">(' + Ext.htmlEncode(job.get('requested_by')) + ', ' +
+            Ext.htmlEncode(R.ago(job.get('ended_at') || job.get('started_at'))) + ')</span>';
+        if (promised && achieved) {
+            text += ' &middot; ' + Ext.String.format(gettext('imbalance promised {0}, reached {1}'),
+                Number(promised.imbalance).toFixed(2), Number(achieved.imbalance).toFixed(2));
+            var why = me.whyText(promised, achieved, null);
+            if (why) {
+                text += ': ' + why;
+            }
+        } else if (job.get('detail')) {
+            text += ' &middot; ' + Ext.htmlEncode(job.get('detail'));
+        }
+        return text;
+    },
+
+    whyText: function (promised, achieved, detail) {
+        if (!achieved) {
+            return detail ? Ext.htmlEncode(detail) : '';
+        }
+        if (!(achieved.why || []).length) {
+            return gettext('as promised');
+        }
+        return Ext.htmlEncode(achieved.why.join('; '));
+    },
+
+    renderJobKind: function (kind) {
+        return Ext.htmlEncode({ apply: gettext('Apply'), maintenance: gettext('Maintenance'),
+            round: gettext('Balancing round') }[kind] || kind);
+    },
+
+    renderJobState: function (state) {
+        var s = { running: ['busy', gettext('running')], ok: ['good', gettext('done')],
+            done: ['good', gettext('done')], failed: ['critical', gettext('failed')],
+            cancelled: ['warning', gettext('stopped')], interrupted: ['warning', gettext('interrupted')] }[state]
+            || ['warning', state];
+        return PVE.keel.Render.health(s[0], s[1]);
     },
 
     renderNode: function (value, meta, rec) {
         var state = rec.get('state');
         var health = { online: 'good', maintenance: 'warning', offline: 'critical' }[state] || 'critical';
-        return PVE.keel.Render.healthIcon(health) + ' ' + Ext.htmlEncode(value) +
+        var R = PVE.keel.Render;
+        if (rec.get('cpu_now') !== null && rec.get('cpu_now') !== undefined) {
+            meta.tdAttr = 'data-qtip="' + Ext.htmlEncode(Ext.htmlEncode(Ext.String.format(
+                gettext('Now: CPU {0}, memory {1}'), R.percent(rec.get('cpu_now')), R.percent(rec.get('mem_now'))))) + '"';
+        }
+        return R.healthIcon(health) + ' ' + Ext.htmlEncode(value) +
             (state !== 'online' ? ' <span class="pmx-hint">(' + Ext.htmlEncode(gettext(state)) + ')</span>' : '');
     },
 
@@ -385,11 +593,16 @@ Ext.define('PVE.keel.Rebalancing', {
             return;                      // the job's moves are shown until it ends
         }
         var grid = me.down('#plan');
+        var inputs = me.status ? Ext.encode(me.status.inputs || null) : null;
+        me.planLoading = true;
         PVE.keel.Api.request({
             url: '/api/plan',
             waitMsgTarget: grid,
+            callback: function () { me.planLoading = false; },
             success: function (plan) {
                 if (!me.destroyed && !me.jobId) {
+                    me.planInputs = inputs;
+                    me.planAt = Date.now();
                     me.showPlan(plan);
                 }
             },
@@ -403,9 +616,61 @@ Ext.define('PVE.keel.Rebalancing', {
         });
     },
 
+    // A plan made under other inputs (maintenance, the config, a job since) is out of date:
+    // Apply is off, the title says why, and a fresh plan is asked for.
+    checkPlanInputs: function (status) {
+        var me = this;
+        var now = Ext.encode(status.inputs || null);
+        if (me.planInputs === undefined || me.planInputs === null) {
+            me.planInputs = me.plan ? now : me.planInputs;
+            return;
+        }
+        if (me.jobId || me.planLoading || !me.canMigrate) {
+            return;
+        }
+        // the load itself moved on: the bars no longer start where the plan's "before" does
+        // (re-planned at most once a minute; the figures are smoothed over balancing.window)
+        var figure = me.figureOf(status), drifted = false;
+        if (me.plan && figure !== null && Math.abs(figure - me.plan.before.imbalance.keel) >= 0.005 &&
+                (!me.planAt || Date.now() - me.planAt > 60000)) {
+            drifted = true;
+        }
+        if (now === me.planInputs && !drifted) {
+            return;
+        }
+        var was = Ext.decode(me.planInputs) || {}, is = status.inputs || {};
+        var why = now === me.planInputs ? gettext('the load changed since it was made')
+            : Ext.encode(was.maintenance) !== Ext.encode(is.maintenance) ? gettext('maintenance changed')
+                : was.config !== is.config ? gettext('the settings changed')
+                    : gettext('a job ran since');
+        me.plan = null;
+        me.planInputs = now;
+        me.updateButtons();
+        me.down('#plan').setTitle(gettext('Plan') + ': ' + PVE.keel.Render.health('warning',
+            Ext.String.format(gettext('out of date ({0}): planning again...'), why)));
+        me.loadPlan();
+    },
+
     showPlan: function (plan) {
-        var me = this, R = PVE.keel.Render;
+        var me = this;
         me.plan = plan;
+        me.down('#plan').setTitle(me.planTitle(plan));
+        me.planStore.loadData(plan.moves.map(function (m) {
+            return Ext.apply({ state: 'planned' }, m);
+        }));
+        var notes = (plan.conflicts || []).concat(plan.notices || []);
+        me.down('#plan').getView().emptyText = '<div class="x-grid-empty">' +
+            Ext.htmlEncode(notes.length ? notes.join(' ') : gettext('Nothing to move')) + '</div>';
+        me.down('#plan').getView().refresh();
+        me.showLeftAlone(plan.skipped || []);
+        me.applyPlanToNodes();
+        me.updateButtons();
+    },
+
+    // The plan's verdict, reason, figures (before -> after, as the bars and the "after"
+    // column show them), what the last job reached, and what load the figures are of.
+    planTitle: function (plan) {
+        var me = this, R = PVE.keel.Render;
         var before = plan.before.imbalance, after = plan.after.imbalance;
         var verdictHealth = plan.verdict === 'BALANCED' ? 'good' : plan.verdict === 'PLANNED' ? 'warning'
             : 'critical';
@@ -418,17 +683,18 @@ Ext.define('PVE.keel.Rebalancing', {
             title += ' &middot; ' + Ext.String.format(gettext('{0} moves, about {1}'), plan.moves.length,
                 R.duration(plan.summary ? plan.summary.est_seconds : null));
         }
-        me.down('#plan').setTitle(title);
-        me.planStore.loadData(plan.moves.map(function (m) {
-            return Ext.apply({ state: 'planned' }, m);
-        }));
-        var notes = (plan.conflicts || []).concat(plan.notices || []);
-        me.down('#plan').getView().emptyText = '<div class="x-grid-empty">' +
-            Ext.htmlEncode(notes.length ? notes.join(' ') : gettext('Nothing to move')) + '</div>';
-        me.down('#plan').getView().refresh();
-        me.showLeftAlone(plan.skipped || []);
-        me.applyPlanToNodes();
-        me.updateButtons();
+        if (me.lastOutcome) {
+            title += ' &middot; ' + Ext.String.format(gettext('after the last job: imbalance promised {0}, reached {1}'),
+                Number(me.lastOutcome.promised.imbalance).toFixed(2), Number(me.lastOutcome.achieved.imbalance).toFixed(2)) +
+                ((me.lastOutcome.achieved.why || []).length
+                    ? ' (' + Ext.htmlEncode(me.lastOutcome.achieved.why.join('; ')) + ')' : '');
+        }
+        if (me.model) {
+            title += ' <span class="pmx-hint">(' + Ext.htmlEncode(me.model.smoothed
+                ? Ext.String.format(gettext('load averaged over {0} min'), Math.round(me.model.window_s / 60))
+                : gettext('load now')) + ')</span>';
+        }
+        return title;
     },
 
     // Under the plan, what Keel does not move, by reason: "container: 109 (cache1), 117 (dns1)";
@@ -529,6 +795,7 @@ Ext.define('PVE.keel.Rebalancing', {
         me.jobPoller.url = '/api/jobs/' + encodeURIComponent(job.id);
         me.jobPoller.params = function () { return { since: me.jobEvents }; };
         me.jobPoller.start();
+        me.historyPoller.interval = 5000;          // the moves' history follows the job
         me.updateButtons();
     },
 
@@ -552,6 +819,11 @@ Ext.define('PVE.keel.Rebalancing', {
                 rec.set({ state: 'not_started', error: event.error });
             }
         });
+        (job.events || []).forEach(function (event) {
+            if (event.eta_s !== undefined && event.eta_s !== null) {
+                me.jobEta = { s: event.eta_s, at: event.time || Date.now() / 1000 };
+            }
+        });
         me.jobEvents = job.next;
         var progress = job.progress || { completed: 0, total: 0 };
         var panel = me.down('#jobPanel');
@@ -564,12 +836,25 @@ Ext.define('PVE.keel.Rebalancing', {
             Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok, progress.total) +
             (job.error ? '<br>' + Ext.htmlEncode(job.error) : '') +
             ' <span class="pmx-hint">(' + Ext.htmlEncode(job.requested_by) + ')</span>');
-        me.down('#jobProgress').setValue(progress.total ? progress.completed / progress.total : 0);
+        var left = me.jobEta ? Math.max(0, me.jobEta.s - (Date.now() / 1000 - me.jobEta.at)) : null;
+        var bar = me.down('#jobProgress');
+        bar.setValue(progress.total ? progress.completed / progress.total : 0);
+        bar.setText(Ext.String.format(gettext('{0} of {1} moves ended'), progress.completed, progress.total) +
+            (left !== null && (job.state === 'running' || job.state === 'cancelling')
+                ? ' \u00b7 ' + Ext.String.format(gettext('about {0} left'), R.duration(left)) : ''));
         if (job.state !== 'running' && job.state !== 'cancelling') {
+            var outcome = job.outcome;
             me.down('#plan').setTitle(gettext('Plan') + ': ' + R.health(state[0], kind + ': ' + state[1]) +
                 ' &middot; ' + Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok,
-                progress.total) + ' &middot; ' + gettext('planning again...'));
+                progress.total) + (outcome && outcome.promised && outcome.achieved ? ' &middot; ' +
+                Ext.String.format(gettext('imbalance promised {0}, reached {1}'),
+                    Number(outcome.promised.imbalance).toFixed(2), Number(outcome.achieved.imbalance).toFixed(2)) +
+                ((outcome.achieved.why || []).length ? ': ' + Ext.htmlEncode(outcome.achieved.why.join('; ')) : '')
+                : '') + ' &middot; ' + gettext('planning again...'));
+            me.lastOutcome = outcome && outcome.achieved ? outcome : null;
+            me.jobEta = null;
             me.jobPoller.stop();
+            me.historyPoller.interval = 30000;
             me.jobId = null;
             me.updateButtons();
             me.statusPoller.tick();
@@ -601,7 +886,180 @@ Ext.define('PVE.keel.Rebalancing', {
     // -- history -------------------------------------------------------------------------
 
     onHistory: function (history) {
-        PVE.keel.Render.mergeStore(this.historyStore, history.moves || [], 'id');
+        var me = this;
+        PVE.keel.Render.mergeStore(me.historyStore, history.moves || [], 'id');
+        PVE.keel.Render.mergeStore(me.jobStore, history.jobs || [], 'id');
+        me.decisions = history.decisions || [];
+        var rec = me.summaryStore.getById('lastjob');
+        if (rec) {
+            rec.set('value', me.lastJobText());
+        }
+        me.drawImbalanceChart();
+    },
+
+    // -- charts (ExtJS charts, as PVE's RRD panels draw them) -----------------------------
+
+    // Chart colours as PVE's own charts take them: the widget toolkit's CSS variables
+    // (--pwt-text-color, --pwt-chart-grid-stroke; its dark theme sets them), else the
+    // panel's text colour.  No colour is set here.
+    themeColor: function (variable) {
+        var value = window.getComputedStyle(document.documentElement).getPropertyValue(variable || '--pwt-text-color');
+        if (value && value.trim()) {
+            // as rgb(): the charts' colour parser knows no hsl()
+            var probe = document.createElement('span');
+            probe.style.color = value.trim();
+            document.body.appendChild(probe);
+            var rgb = window.getComputedStyle(probe).color;
+            document.body.removeChild(probe);
+            return rgb;
+        }
+        var el = this.getEl ? this.getEl() : null;
+        return el ? window.getComputedStyle(el.dom).color : '#000';
+    },
+
+    makeChart: function (itemId, title, fields, series, extra) {
+        var me = this, color = me.themeColor();
+        var stroke = window.getComputedStyle(document.documentElement).getPropertyValue('--pwt-chart-grid-stroke');
+        var grid = stroke && stroke.trim() ? { strokeStyle: me.themeColor('--pwt-chart-grid-stroke') } : true;
+        return Ext.apply({
+            xtype: 'cartesian',
+            itemId: itemId,
+            flex: 1,
+            margin: '0 5 0 0',
+            store: Ext.create('Ext.data.Store', { fields: fields, data: [] }),
+            background: 'rgba(0, 0, 0, 0)',           // the panel's own background, both themes
+            insetPadding: { top: 24, left: 5, right: 10, bottom: 5 },
+            legend: { docked: 'bottom' },
+            interactions: ['crosszoom'],
+            sprites: [{ type: 'text', text: title, x: 10, y: 14, fontSize: 12, fillStyle: color }],
+            axes: [{
+                type: 'numeric', position: 'left', grid: grid, minimum: 0, maximum: extra && extra.maximum,
+                label: { fillStyle: color }, style: { strokeStyle: color },
+                renderer: extra && extra.percent
+                    ? function (axis, label) { return Math.round(label * 100) + '%'; }
+                    : function (axis, label) { return Number(label).toFixed(2); },
+            }, {
+                type: 'time', position: 'bottom', grid: grid, fields: ['time'],
+                label: { fillStyle: color }, style: { strokeStyle: color },
+                renderer: function (axis, label) {       // seconds when the span is short
+                    var range = axis.getRange ? axis.getRange() : null;
+                    var short = range && range[1] - range[0] < 15 * 60 * 1000;
+                    return Ext.Date.format(new Date(label), short ? 'H:i:s' : 'H:i');
+                },
+            }],
+            series: series,
+        }, extra && extra.chart);
+    },
+
+    lineSeries: function (field, title, dashed) {
+        return {
+            type: 'line', xField: 'time', yField: field, title: title, showMarkers: false, showInLegend: !dashed,
+            style: dashed ? { lineWidth: 1, lineDash: [4, 3] } : { lineWidth: 1.5 },
+            tooltip: { trackMouse: true, renderer: function (tooltip, record) {
+                var v = record.get(field);
+                tooltip.setHtml(Ext.htmlEncode(title) + ': ' + (v === null || v === undefined ? '-'
+                    : Math.round(v * 100) + '%') + ' (' + Ext.Date.format(record.get('time'), 'H:i') + ')');
+            } },
+        };
+    },
+
+    // Each node's CPU and memory over the last hour (or day), one line per node, the
+    // cluster's average and the threshold above it dashed (the band a node is "hot" over).
+    onCharts: function (data) {
+        var me = this;
+        var panel = me.down('#charts');
+        var nodes = Object.keys(data.nodes || {}).sort();
+        if (!nodes.length) {
+            return;
+        }
+        var threshold = me.model ? me.model.threshold : 0.1;
+        var key = nodes.join(',');
+        if (me.chartNodes !== key) {
+            me.chartNodes = key;
+            panel.removeAll();
+            var fields = [{ name: 'time', type: 'date', dateFormat: 'timestamp' }, 'avg', 'hot'];
+            var make = function (suffix, title) {
+                var series = nodes.map(function (n) { return me.lineSeries(n + suffix, n); });
+                series.push(me.lineSeries('avg', gettext('average'), true));
+                series.push(me.lineSeries('hot', gettext('hot above'), true));
+                return me.makeChart(suffix === '_cpu' ? 'cpuChart' : 'memChart', title,
+                    fields.concat(nodes.map(function (n) { return n + suffix; })), series,
+                    { percent: true, maximum: 1 });
+            };
+            panel.add(make('_cpu', gettext('CPU usage')));
+            panel.add(make('_mem', gettext('Memory usage')));
+            panel.add(me.makeChart('imbalanceChart', gettext('Imbalance'),
+                [{ name: 'time', type: 'date', dateFormat: 'timestamp' }, 'figure', 'threshold'],
+                [me.lineSeries('figure', gettext('imbalance')), me.lineSeries('threshold', gettext('threshold'), true),
+                    { type: 'scatter', xField: 'time', yField: 'figure', title: gettext('jobs applied'),
+                      store: Ext.create('Ext.data.Store', { fields: [{ name: 'time', type: 'date', dateFormat: 'timestamp' },
+                          'figure', 'text'], data: [] }),
+                      marker: { type: 'circle', radius: 4 },
+                      tooltip: { trackMouse: true, renderer: function (tooltip, record) {
+                          tooltip.setHtml(Ext.htmlEncode(record.get('text')));
+                      } } }],
+                { chart: { margin: 0 } }));
+        }
+        var rows = {};
+        ['_cpu', '_mem'].forEach(function (suffix, index) {
+            nodes.forEach(function (n) {
+                (data.nodes[n] || []).forEach(function (p) {
+                    var row = rows[p[0]] || (rows[p[0]] = { time: p[0] });
+                    row[n + suffix] = p[index + 1];
+                });
+            });
+        });
+        var cpuRows = [], memRows = [];
+        Object.keys(rows).sort().forEach(function (t) {
+            var row = rows[t];
+            var avg = function (suffix) {
+                var values = nodes.map(function (n) { return row[n + suffix]; })
+                    .filter(function (v) { return v !== null && v !== undefined; });
+                return values.length ? values.reduce(function (a, b) { return a + b; }, 0) / values.length : null;
+            };
+            var c = Ext.apply({}, row), m = Ext.apply({}, row);
+            c.avg = avg('_cpu');
+            c.hot = c.avg === null ? null : c.avg + threshold;
+            m.avg = avg('_mem');
+            m.hot = m.avg === null ? null : m.avg + threshold;
+            cpuRows.push(c);
+            memRows.push(m);
+        });
+        me.down('#cpuChart').getStore().loadData(cpuRows);
+        me.down('#memChart').getStore().loadData(memRows);
+        me.drawImbalanceChart();
+    },
+
+    // The imbalance of each round (the decisions' figure), the threshold, and the jobs that
+    // were applied marked where they started.
+    drawImbalanceChart: function () {
+        var me = this, chart = me.down('#imbalanceChart');
+        if (!chart) {
+            return;
+        }
+        var threshold = me.status && me.status.config ? me.status.config.threshold : null;
+        var decisions = (me.decisions || []).slice().reverse();
+        chart.getStore().loadData(decisions.map(function (d) {
+            return { time: d.t, figure: d.figure, threshold: threshold };
+        }));
+        var marks = [];
+        me.jobStore.each(function (job) {
+            var at = job.get('started_at');
+            var near = null;
+            decisions.forEach(function (d) {
+                if (d.t <= at || near === null) {
+                    near = d.t <= at ? d : near || d;
+                }
+            });
+            if (near && decisions.length && at >= decisions[0].t) {
+                var p = job.get('promised'), a = job.get('achieved');
+                marks.push({ time: at, figure: near.figure, text: me.renderJobKind(job.get('kind')) + ' (' +
+                    job.get('requested_by') + ')' + (p && a ? ': ' + Ext.String.format(
+                    gettext('promised {0}, reached {1}'), Number(p.imbalance).toFixed(2),
+                    Number(a.imbalance).toFixed(2)) : '') });
+            }
+        });
+        chart.getSeries()[2].getStore().loadData(marks);
     },
 
     onCrs: function (crs) {
@@ -712,11 +1170,76 @@ Ext.define('PVE.keel.MaintenanceWindow', {
             });
         };
         if (action === 'enter') {
-            Ext.Msg.confirm(gettext('Enter maintenance'), Ext.String.format(
-                gettext('Move every guest off {0}?'), Ext.htmlEncode(node)),
-            function (answer) { if (answer === 'yes') { go(); } });
+            // The confirmation shows what will move where and what stays, with why, before
+            // anything moves (GET /api/maintenance/<node>/preview: nothing is done).
+            PVE.keel.Api.request({
+                url: '/api/maintenance/' + encodeURIComponent(node) + '/preview', waitMsgTarget: me,
+                success: function (preview) {
+                    if (!me.destroyed) {
+                        Ext.create('PVE.keel.MaintenancePreview', { preview: preview, go: go }).show();
+                    }
+                },
+                failure: function (error) { PVE.keel.Api.alert(error); },
+            });
         } else {
             go();
         }
+    },
+});
+
+/*
+ * The confirmation of maintenance: every guest that moves (where to, why) and every guest
+ * that stays (why), from the engine's preview, before anything moves.
+ */
+Ext.define('PVE.keel.MaintenancePreview', {
+    extend: 'Ext.window.Window',
+    itemId: 'keelMaintenancePreview',
+    title: gettext('Enter maintenance'),
+    iconCls: 'fa fa-wrench',
+    modal: true,
+    width: 760,
+    layout: { type: 'vbox', align: 'stretch' },
+    bodyPadding: 10,
+
+    initComponent: function () {
+        var me = this, p = me.preview, R = PVE.keel.Render;
+        var summary = p.summary || {};
+        var head = Ext.String.format(gettext('{0} guests move off {1} ({2} GiB, about {3}); {4} stay on it.'),
+            summary.moves, Ext.htmlEncode(p.node), Number(summary.gib_moved || 0).toFixed(2),
+            R.duration(summary.est_seconds), summary.stays);
+        me.items = [{
+            xtype: 'component', itemId: 'head', margin: '0 0 8 0',
+            html: R.health(summary.stays ? 'warning' : 'good', '') + head +
+                ((p.conflicts || []).length ? '<br>' + R.health('warning', p.conflicts.join(' ')) : ''),
+        }, {
+            xtype: 'grid', itemId: 'stays', title: gettext('Will stay'), disableSelection: true, maxHeight: 180,
+            hidden: !(p.stays || []).length,
+            store: { fields: ['vmid', 'name', 'type', 'reason', 'detail'], data: p.stays || [] },
+            columns: [
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 190, cellWrap: true,
+                  renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
+                { text: gettext('Reason'), dataIndex: 'reason', width: 120, renderer: Ext.htmlEncode },
+                { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
+            ],
+        }, {
+            xtype: 'grid', itemId: 'moves', title: gettext('Will move'), disableSelection: true,
+            margin: '10 0 0 0', maxHeight: 250,
+            store: { fields: ['vmid', 'name', 'type', 'from', 'to', 'reason', 'detail'], data: p.moves || [] },
+            viewConfig: { emptyText: gettext('Nothing moves'), deferEmptyText: false },
+            columns: [
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 190, cellWrap: true,
+                  renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
+                { text: gettext('From'), dataIndex: 'from', width: 80, renderer: Ext.htmlEncode },
+                { text: gettext('To'), dataIndex: 'to', width: 80, renderer: Ext.htmlEncode },
+                { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
+            ],
+        }];
+        me.buttons = [{
+            text: gettext('Enter maintenance'), itemId: 'confirm', iconCls: 'fa fa-sign-out',
+            handler: function () { me.close(); me.go(); },
+        }, {
+            text: gettext('Cancel'), handler: function () { me.close(); },
+        }];
+        me.callParent();
     },
 });

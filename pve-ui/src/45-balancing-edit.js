@@ -23,8 +23,15 @@ Ext.define('PVE.keel.BalancingEdit', {
 
     initComponent: function () {
         var me = this;
-        var text = function (name, label, help) {
-            return { xtype: 'textfield', name: name, fieldLabel: label, emptyText: help || '' };
+        // Grey text in a field is only ever the default in force; an example is said under
+        // the field, as a hint, so that it never reads as a value (issue 16, finding 7).
+        var hint = function (example) {
+            return example ? '<div class="pmx-hint keel-example">' + Ext.htmlEncode(gettext('Example') + ': ' +
+                example) + '</div>' : '';
+        };
+        var text = function (name, label, help, example) {
+            return { xtype: 'textfield', name: name, fieldLabel: label, emptyText: help || '',
+                afterSubTpl: hint(example) };
         };
         var number = function (name, label, extra) {
             return Ext.apply({ xtype: 'numberfield', name: name, fieldLabel: label }, extra);
@@ -33,8 +40,9 @@ Ext.define('PVE.keel.BalancingEdit', {
             return { xtype: 'combobox', name: name, fieldLabel: label, editable: false, queryMode: 'local',
                 store: values, emptyText: gettext('Default') };
         };
-        var area = function (name, label, help) {
-            return { xtype: 'textarea', name: name, fieldLabel: label, emptyText: help, height: 70 };
+        var area = function (name, label, help, example) {
+            return { xtype: 'textarea', name: name, fieldLabel: label, emptyText: help, height: 70,
+                afterSubTpl: hint(example) };
         };
         me.items = [{
             xtype: 'form',
@@ -44,6 +52,7 @@ Ext.define('PVE.keel.BalancingEdit', {
                 xtype: 'tabpanel',
                 itemId: 'tabs',
                 border: false,
+                listeners: { tabchange: function () { me.remarkErrors(); } },
                 defaults: { bodyPadding: 10, scrollable: 'y',
                     defaults: { anchor: '100%', labelWidth: 170, msgTarget: 'under' }, layout: 'anchor' },
                 items: [{
@@ -63,12 +72,12 @@ Ext.define('PVE.keel.BalancingEdit', {
                               number('resources.memory', gettext('Memory')),
                               number('resources.disk', gettext('Disk')),
                           ] },
-                        text('guests', gettext('Guest types'), 'vm (' + gettext('default') + '); vm, ct: ' +
-                            gettext('containers too (they restart when moved)')),
-                        text('threshold', gettext('Threshold'), '0.1 or 10%'),
+                        text('guests', gettext('Guest types'), 'vm (' + gettext('default') + ')',
+                            'vm, ct: ' + gettext('containers too (they restart when moved)')),
+                        text('threshold', gettext('Threshold'), '', '0.1 ' + gettext('or') + ' 10%'),
                         number('hold', gettext('Hold (rounds)'), { allowDecimals: false, minValue: 0 }),
-                        text('margin', gettext('Margin'), '0.1 or 10%'),
-                        text('cooldown', gettext('Cool-down'), '1h'),
+                        text('margin', gettext('Margin'), '', '0.1 ' + gettext('or') + ' 10%'),
+                        text('cooldown', gettext('Cool-down'), '', '1h, 30m'),
                     ],
                 }, {
                     title: gettext('Limits and schedule'),
@@ -78,22 +87,25 @@ Ext.define('PVE.keel.BalancingEdit', {
                         number('limits.gib', gettext('GiB per plan'), { minValue: 0 }),
                         number('limits.concurrent', gettext('Migrations at once'), { allowDecimals: false, minValue: 1 }),
                         number('limits.per_node', gettext('Per node at once'), { allowDecimals: false, minValue: 1 }),
-                        text('schedule.timezone', gettext('Time zone'), 'UTC'),
-                        area('schedule.windows', gettext('Allowed hours'),
-                            gettext('one window a line, for example: mon-fri 22:00-06:00 (empty: any time)')),
+                        text('schedule.timezone', gettext('Time zone'), 'UTC (' + gettext('default') + ')',
+                            'Europe/Vienna'),
+                        area('schedule.windows', gettext('Allowed hours'), gettext('any time (default)'),
+                            gettext('one window a line: mon-fri 22:00-06:00')),
                     ],
                 }, {
                     title: gettext('Rules'),
                     itemId: 'rules',
                     items: [
-                        text('ignore.guests', gettext('Ignore guests'), gettext('VMIDs or names, comma separated')),
-                        text('ignore.nodes', gettext('Ignore nodes'), 'pve3, pve4'),
-                        text('ignore.tags', gettext('Ignore tags'), 'keel-ignore'),
-                        text('ignore.pools', gettext('Ignore pools'), 'ci'),
-                        area('pin', gettext('Pins'), gettext('a guest and its nodes a line: 101: pve1, pve2')),
-                        area('affinity', gettext('Keep together'),
+                        text('ignore.guests', gettext('Ignore guests'), gettext('none (default)'),
+                            gettext('VMIDs or names, comma separated: 101, build1')),
+                        text('ignore.nodes', gettext('Ignore nodes'), gettext('none (default)'), 'pve3, pve4'),
+                        text('ignore.tags', gettext('Ignore tags'), gettext('none (default)'), 'keel-ignore'),
+                        text('ignore.pools', gettext('Ignore pools'), gettext('none (default)'), 'ci'),
+                        area('pin', gettext('Pins'), gettext('none (default)'),
+                            gettext('a guest and its nodes a line: 101: pve1, pve2')),
+                        area('affinity', gettext('Keep together'), gettext('none (default)'),
                             gettext('a group a line: web: 101, 102 (! after the name: may be broken)')),
-                        area('anti_affinity', gettext('Keep apart'),
+                        area('anti_affinity', gettext('Keep apart'), gettext('none (default)'),
                             gettext('a group a line: db: 110, 111 (! after the name: may be broken)')),
                     ],
                 }],
@@ -102,12 +114,11 @@ Ext.define('PVE.keel.BalancingEdit', {
                 xtype: 'component', dock: 'top', itemId: 'formError', hidden: true, padding: '8 10',
             }],
         }];
-        me.buttons = [{
-            text: gettext('Reset'), itemId: 'reset', handler: function () { me.fill(); },
-        }, '->', {
+        // As Proxmox's edit windows: Help on the left, then OK and Reset (the window's X cancels).
+        me.buttons = [PVE.keel.Render.helpButton('ui.md#the-rebalancing-tab'), '->', {
             text: gettext('OK'), itemId: 'ok', handler: function () { me.save(); },
         }, {
-            text: gettext('Cancel'), handler: function () { me.close(); },
+            text: gettext('Reset'), itemId: 'reset', handler: function () { me.fill(); },
         }];
         me.callParent();
         me.on('afterrender', function () { me.load(); });
@@ -145,6 +156,7 @@ Ext.define('PVE.keel.BalancingEdit', {
             'limits.per_node': eff.limits && eff.limits.per_node,
             'limits.gib': eff.limits && eff.limits.bytes / 1073741824,
         };
+        me.fieldErrors = {};
         me.fields().forEach(function (field) {
             var name = field.getName();
             field.clearInvalid();
@@ -300,6 +312,18 @@ Ext.define('PVE.keel.BalancingEdit', {
         return best;
     },
 
+    // ExtJS hides the message of a field that was marked while its tab was not shown: the
+    // marks are made again on the tab shown, so that every error of every field is seen.
+    remarkErrors: function () {
+        var me = this, tab = me.down('#tabs').getActiveTab();
+        Ext.Object.each(me.fieldErrors || {}, function (name, item) {
+            if (item.field.up('panel[title]') === tab) {
+                item.field.clearInvalid();
+                item.field.markInvalid(item.list);
+            }
+        });
+    },
+
     showFormError: function (html) {
         var box = this.down('#formError');
         if (html) {
@@ -310,17 +334,30 @@ Ext.define('PVE.keel.BalancingEdit', {
         }
     },
 
+    // Every problem of every field, each on its own line under the field (several paths
+    // land on one field: the schedule's windows, a group's guests), the rest above the form.
     showErrors: function (message, errors) {
-        var me = this, unplaced = [], first = null, marked = [];
+        var me = this, unplaced = [], first = null, marked = [], byField = {};
         me.fields().forEach(function (field) { field.clearInvalid(); });
         Ext.Object.each(errors || {}, function (path, problem) {
             var field = me.fieldFor(path);
             if (field) {
-                field.markInvalid(Ext.htmlEncode(problem));
-                marked.push(field);
+                var name = field.getName();
+                var where = path.replace(/^balancing\./, '');
+                var label = where === name ? '' : where.substr(where.indexOf(name) === 0 ? name.length : 0)
+                    .replace(/^\./, '') + ': ';
+                (byField[name] = byField[name] || { field: field, list: [] }).list.push(
+                    Ext.htmlEncode(label + problem));
+                if (marked.indexOf(field) < 0) {
+                    marked.push(field);
+                }
             } else {
                 unplaced.push(Ext.htmlEncode(path + ': ' + problem));
             }
+        });
+        me.fieldErrors = byField;
+        Ext.Object.each(byField, function (name, item) {
+            item.field.markInvalid(item.list);
         });
         me.fields().forEach(function (field) {       // the first in the form's order
             if (!first && marked.indexOf(field) >= 0) {
@@ -330,6 +367,7 @@ Ext.define('PVE.keel.BalancingEdit', {
         if (first) {
             me.down('#tabs').setActiveTab(first.up('panel[title]'));
         }
+        me.remarkErrors();
         me.showFormError(unplaced.length ? unplaced.join('<br>')
             : !first ? Ext.htmlEncode(message) : null);
     },

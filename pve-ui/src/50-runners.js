@@ -16,6 +16,7 @@ Ext.define('PVE.keel.RunnersUtil', {
         LISTENING: 'good', OK: 'good', STARTING: 'busy', STANDBY: 'off', PAUSED: 'off', DISABLED: 'off',
         'OFF SCHEDULE': 'off', 'HOLDING BACK': 'warning', HELD: 'warning', 'BACKING OFF': 'warning',
         DRAINING: 'busy', 'RATE LIMITED': 'warning', DEGRADED: 'warning', UNREACHABLE: 'critical',
+        MISCONFIGURED: 'critical',
     },
 
     runnerHealth: {
@@ -815,8 +816,8 @@ Ext.define('PVE.keel.Runners', {
             columns: [
                 { text: gettext('Name'), dataIndex: 'name', flex: 1, renderer: Ext.htmlEncode },
                 stateColumn(),
-                { text: gettext('Desired'), dataIndex: 'desired', width: 80, align: 'right' },
-                { text: gettext('Current'), dataIndex: 'alive', width: 80, align: 'right' },
+                { text: gettext('Desired'), dataIndex: 'desired', width: 95, align: 'right' },
+                { text: gettext('Current'), dataIndex: 'alive', width: 95, align: 'right' },
                 { text: gettext('Idle'), dataIndex: 'idle', width: 70, align: 'right' },
                 { text: gettext('Busy'), dataIndex: 'busy', width: 70, align: 'right' },
                 { text: gettext('Max.'), dataIndex: 'max', width: 70, align: 'right' },
@@ -862,7 +863,8 @@ Ext.define('PVE.keel.Runners', {
             ],
         }), grid({
             title: gettext('Runners'), itemId: 'runners', iconCls: 'fa fa-desktop',
-            store: { fields: ['name', 'scale_set', 'vmid', 'node', 'state', 'phase', 'age_s', 'job', 'reason'],
+            store: { fields: ['name', 'scale_set', 'vmid', 'node', 'state', 'phase', 'age_s', 'job', 'reason',
+                'job_url', 'job_repo'],
                 data: [], sorters: ['scale_set', 'name'] },
             emptyText: gettext('No runner VMs: they are cloned when jobs are queued'),
             columns: [
@@ -881,8 +883,15 @@ Ext.define('PVE.keel.Runners', {
                 { text: gettext('Age'), dataIndex: 'age_s', width: 90, renderer: R.duration },
                 { text: gettext('Job'), dataIndex: 'job', flex: 1,
                   renderer: function (value, meta, record) {
-                      return value ? '<i class="fa fa-fw fa-cog"></i> ' + Ext.htmlEncode(value)
-                          : '<span class="pmx-hint">' + Ext.htmlEncode(record.get('reason') || '-') + '</span>';
+                      if (!value) {
+                          return '<span class="pmx-hint">' + Ext.htmlEncode(record.get('reason') || '-') + '</span>';
+                      }
+                      var url = record.get('job_url');
+                      var text = '<i class="fa fa-fw fa-cog"></i> ' + Ext.htmlEncode(value) +
+                          (record.get('job_repo') ? ' <span class="pmx-hint">(' + Ext.htmlEncode(record.get('job_repo')) +
+                              ')</span>' : '');
+                      return /^https:\/\//.test(url || '') ? '<a href="' + Ext.htmlEncode(url) + '" target="_blank" ' +
+                          'rel="noopener noreferrer">' + text + '</a>' : text;
                   } },
             ],
         }), {
@@ -892,12 +901,15 @@ Ext.define('PVE.keel.Runners', {
                 html: '<span class="pmx-hint">' + gettext('Loading...') + '</span>' }],
         }];
         me.callParent();
+        // Only what the panel reads (not the recent jobs), 304 when unchanged (docs/ui.md).
         me.poller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/runners',
+            panel: me, url: '/api/runners', interval: 5000,
+            fields: ['enabled', 'active', 'error', 'remote', 'node', 'leader_node', 'time', 'blocked_until', 'github',
+                'github_state', 'notices', 'queue', 'queued', 'scale_sets', 'providers', 'runners', 'config_error'],
             onData: me.onStatus, onError: me.onError, scope: me,
         });
         me.waitPoller = Ext.create('PVE.keel.Poller', {
-            panel: me, url: '/api/runners/waits', params: { limit: 60 }, interval: 6000,
+            panel: me, url: '/api/runners/waits', params: { limit: 60 }, interval: 30000,
             onData: me.onWaits, onError: function () {}, scope: me,
         });
         me.on('afterrender', function () {
@@ -1055,6 +1067,10 @@ Ext.define('PVE.keel.Runners', {
         } else {
             notice.clear();
         }
+        if (data.config_error) {            // as on Rebalancing: the last good config runs
+            notice.showWarning(Ext.htmlEncode(Ext.String.format(
+                gettext('The config file was refused; the last good one runs: {0}'), data.config_error)));
+        }
         where.update(data.github ? '<i class="fa fa-fw fa-github"></i> ' + Ext.htmlEncode(data.github) : '');
         U.merge(me.down('#scaleSets').getStore(), (data.scale_sets || []).map(function (s) {
             return { name: s.name, state: s.state, details: s.details, desired: s.desired, alive: s.alive,
@@ -1083,7 +1099,8 @@ Ext.define('PVE.keel.Runners', {
         }), function (p) { return p.name; });
         U.merge(me.down('#runners').getStore(), (data.runners || []).map(function (r) {
             return { name: r.name, scale_set: r.scale_set, vmid: r.vmid, node: r.node, state: r.state,
-                phase: r.phase, age_s: r.age_s, job: r.job, reason: r.reason };
+                phase: r.phase, age_s: r.age_s, job: r.job, reason: r.reason, job_url: r.job_url || null,
+                job_repo: r.job_repo || null };
         }), function (r) { return r.name; });
     },
 
@@ -1110,13 +1127,23 @@ Ext.define('PVE.keel.Runners', {
         names.forEach(function (name, i) { colour[name] = U.palette[i % U.palette.length]; });
         var top = Math.max.apply(null, jobs.map(function (j) { return j.wait_s; }).concat([1]));
         var height = 120;
+        // a time axis: each bar where its job was queued, the span's times below
+        var t0 = jobs[0].queued_at, t1 = jobs[jobs.length - 1].queued_at;
+        var span = Math.max(60, t1 - t0);               // at least a minute wide
+        var format = span < 600 ? 'H:i:s' : span < 86400 ? 'H:i' : 'm-d H:i';
+        var at = function (t) { return (2 + (t - t0) / span * 96).toFixed(2); };
         var bars = jobs.map(function (j) {
             var h = Math.max(2, Math.round(j.wait_s / top * height));
-            var tip = Ext.String.format('{0} {1}: {2} ({3})', gettext('Job'), j.job_id, R.duration(j.wait_s),
-                j.scale_set);
+            var tip = Ext.String.format('{0} {1}: {2} ({3}, {4})', gettext('Job'), j.job_id, R.duration(j.wait_s),
+                j.scale_set, Ext.Date.format(new Date(j.queued_at * 1000), 'H:i:s'));
             return '<div class="keel-wait-bar" data-qtip="' + Ext.htmlEncode(Ext.htmlEncode(tip)) + '" style="' +
-                'display:inline-block;vertical-align:bottom;width:10px;margin-right:2px;height:' + h + 'px;' +
+                'position:absolute;bottom:0;left:' + at(j.queued_at) + '%;width:8px;height:' + h + 'px;' +
                 'background-color:' + (colour[j.scale_set] || '#7f8c99') + ';"></div>';
+        }).join('');
+        var ticks = [0, 0.25, 0.5, 0.75, 1].map(function (f) {
+            return '<span class="keel-wait-tick" style="position:absolute;left:' + at(t0 + f * span) + '%;' +
+                'transform:translateX(' + (f === 0 ? '0' : f === 1 ? '-100%' : '-50%') + ');">' +
+                Ext.Date.format(new Date((t0 + f * span) * 1000), format) + '</span>';
         }).join('');
         var legend = names.map(function (name) {
             var s = data.scale_sets[name];
@@ -1130,8 +1157,10 @@ Ext.define('PVE.keel.Runners', {
             '<div class="pmx-hint" style="height:' + height + 'px;display:flex;flex-direction:column;' +
             'justify-content:space-between;text-align:right;margin-right:6px;min-width:40px;">' +
             '<span>' + R.duration(top) + '</span><span>0s</span></div>' +
-            '<div style="height:' + height + 'px;white-space:nowrap;overflow:hidden;' +
-            'border-bottom:1px solid #888;border-left:1px solid #888;padding-left:2px;">' + bars + '</div></div>' +
+            '<div style="flex:1;"><div style="position:relative;height:' + height + 'px;overflow:hidden;' +
+            'border-bottom:1px solid #888;border-left:1px solid #888;">' + bars + '</div>' +
+            '<div class="pmx-hint keel-wait-axis" style="position:relative;height:16px;margin-top:2px;">' + ticks +
+            '</div></div></div>' +
             '<div style="margin-top:8px;">' + legend + '</div>';
     },
 });

@@ -99,6 +99,13 @@ def test_each_caller_gets_what_pve_would_give_them(stack, caller):
             left = call(stack, caller, "POST", f"/api/maintenance/{node}", {"action": "leave"})
             assert left.status_code == 200, left.text
     assert got == [status, history, plan, validate, maint1, maint5], caller
+    # maintenance's preview (what would move, nothing done) asks what maintenance itself asks
+    previews = [call(stack, caller, "GET", f"/api/maintenance/{node}/preview") for node in ("pve1", "pve5")]
+    assert [p.status_code for p in previews] == [maint1, maint5], (caller, [p.text[:200] for p in previews])
+    for preview, node in zip(previews, ("pve1", "pve5")):
+        if preview.status_code == 200:
+            data = preview.json()["data"]
+            assert data["node"] == node and not data["in_maintenance"] and data["moves"] is not None
     if answer.status_code == 200:
         moved = {m["vmid"] for m in answer.json()["data"]["moves"]}
         allowed = MOVABLE[caller]

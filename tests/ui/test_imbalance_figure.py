@@ -82,3 +82,38 @@ def test_cli_api_and_ui_agree_on_the_imbalance_of_the_same_plan(open_ui, ui_stac
     assert figure.group(1) == b
     row = next(line for line in summary.splitlines() if "threshold" in line)
     assert row.strip().startswith(f"{b} (threshold 0.10)") and f"PVE's CRS figure {figure.group(2)}" in row, summary
+
+
+def test_bar_before_and_title_agree_on_the_demo_cluster(open_ui):
+    """Issue 16, finding 1: the bars, the "after the plan" column, the summary and the plan's
+    title are one set of figures (the plan's load model), labelled as what they are."""
+    page = open_ui()
+    page.set_viewport_size({"width": 1280, "height": 800})
+    select_tab(page, "keel-rebalancing")
+    page.wait_for_function(f"{PANEL} && {PANEL}.plan && {PANEL}.model && {PANEL}.nodeStore.getCount() === 5")
+    data = page.evaluate(f"""() => {{ const p = {PANEL};
+        return {{plan: p.plan, model: p.model, title: p.down('#plan').getTitle(),
+                 summary: p.summaryStore.getById('imbalance').get('value'),
+                 rows: p.nodeStore.getRange().map(r => r.data),
+                 cpuText: p.down('#cpuColumn').text}}; }}""")
+    plan, model = data["plan"], data["model"]
+    before = plan["before"]["imbalance"]["keel"]
+    # the title's "before", the summary's figure and the model the bars draw are one figure
+    assert f"imbalance {before:.2f} " in data["title"]
+    assert re.sub("<[^>]+>", "", data["summary"]).strip().startswith(f"{before:.2f} (threshold")
+    assert abs(model["imbalance"]["keel"] - before) < 0.005
+    # each bar is the plan's before, and the "after" column starts from it
+    for row in data["rows"]:
+        planned = plan["before"]["nodes"][row["node"]]
+        assert abs(row["cpu"] - planned["cpu"]) < 0.005 and abs(row["mem"] - planned["memory"]) < 0.005
+        if row["after_cpu"] is not None:
+            assert row["plan_cpu"] == planned["cpu"]
+    # labelled: averaged over N min (or now, before samples)
+    assert "avg." in data["cpuText"] or "(now)" in data["cpuText"]
+    # the bar's text is PVE's: "x% of N CPU(s)", "x% (a GiB of b GiB)"
+    texts = page.evaluate(f"""() => Array.from(document.querySelectorAll(
+        '#' + {PANEL}.down('#nodes').id + ' .x-progress-text')).map(e => e.textContent)""")
+    assert any(re.search(r"\d+\.\d\d% of \d+ CPU\(s\)", t) for t in texts), texts
+    assert any(re.search(r"\d+\.\d\d% \(\d+\.\d\d GiB of \d+\.\d\d GiB\)", t) for t in texts), texts
+
+

@@ -65,11 +65,11 @@ def test_a_bad_setting_shows_its_error_beside_the_field(open_ui, ui_stack):
     page.wait_for_function(f"{window} && {window}.section !== null")
     page.evaluate(f"""() => {{ const f = {window}.down('form').getForm();
         f.findField('threshold').setValue('lots'); f.findField('limits.moves').setValue(-1); }}""")
-    page.evaluate(f"{window}.down('tabpanel').setActiveTab(0)")
+    page.evaluate(f"() => {{ {window}.down('tabpanel').setActiveTab(0); }}")
     page.click(css(page, "#keelBalancingEdit") + " >> text=OK")
-    page.wait_for_function(f"{window}.down('form').getForm().findField('threshold').activeError")
+    page.wait_for_function(f"{window}.down('form').getForm().findField('threshold').getActiveErrors().length")
     errors = page.evaluate(f"""() => {{ const f = {window}.down('form').getForm();
-        return ['threshold', 'limits.moves'].map(n => f.findField(n).getActiveError()); }}""")
+        return ['threshold', 'limits.moves'].map(n => f.findField(n).getActiveErrors().join(' ')); }}""")
     assert "expected a fraction" in errors[0] and "lots" in errors[0]
     assert "at least 0" in errors[1]
     # beside the field: its message under that very field, on the tab shown
@@ -132,6 +132,7 @@ def test_apply_migrates_in_the_simulator_while_the_view_follows(open_ui, ui_stac
     job_text = page.evaluate(f"{PANEL}.down('#jobPanel').el.dom.textContent")
     assert "done" in job_text
     # the job's moves carry their PVE tasks, and the history shows them
+    page.wait_for_function(f"{PANEL}.historyStore.getRange().some(r => r.get('status') === 'ok')")
     done = page.evaluate(f"{PANEL}.historyStore.getRange().filter(r => r.get('status') === 'ok').map(r => r.data)")
     # (HA guests are migrated by PVE's HA manager: no task of Keel's own, so no link)
     engine = ui_stack.client.call("GET", "/api/history?limit=50")["moves"]
@@ -163,10 +164,20 @@ def test_maintenance_empties_a_node(open_ui, ui_stack):
     page.click("text=Maintenance")
     window = "Ext.ComponentQuery.query('#keelMaintenance')[0]"
     page.wait_for_function(f"!!{window}")
-    page.evaluate(f"{window}.down('#node').setValue('pve3')")
+    page.evaluate(f"() => {{ {window}.down('#node').setValue('pve3'); }}")
     assert "not in maintenance" in page.inner_text(css(page, "#keelMaintenance"))
     page.click(css(page, "#keelMaintenance") + " >> text=Enter maintenance")
-    page.click(".x-message-box >> text=Yes")
+    # the confirmation previews what moves where and what stays, with why, before anything moves
+    preview = "Ext.ComponentQuery.query('#keelMaintenancePreview')[0]"
+    page.wait_for_function(f"!!{preview}")
+    moves = page.evaluate(f"{preview}.down('#moves').getStore().getRange().map(r => r.data)")
+    stays = page.evaluate(f"{preview}.down('#stays').getStore().getRange().map(r => r.data)")
+    assert all(m["to"] != "pve3" and m["detail"] for m in moves) and all(s["reason"] and s["detail"] for s in stays)
+    on_node = set(guests_on(ui_stack.sim, "pve3"))
+    assert {m["vmid"] for m in moves if m["from"] == "pve3"} | {s["vmid"] for s in stays} == on_node
+    assert "pve3" not in ui_stack.client.call("GET", "/api/status")["maintenance"]     # nothing done yet
+    screenshot(page, "rebalancing-maintenance-preview")
+    page.click(css(page, "#keelMaintenancePreview #confirm"))
     page.wait_for_function(f"{window}.down('#state').el.dom.textContent.includes('in maintenance since')")
     page.wait_for_function(f"{window}.down('#state').el.dom.textContent.includes('Empty: no guest')", timeout=120_000)
     screenshot(page, "rebalancing-maintenance")

@@ -51,7 +51,8 @@ def test_the_state_words_are_the_codes():
     documented = re.findall(r"^\| `([A-Z ]+)` \|", table, re.M)
     assert documented == [words.LISTENING, words.HOLDING_BACK, words.BACKING_OFF, words.PAUSED,
                           words.DRAINING, words.OFF_SCHEDULE, words.RATE_LIMITED, words.DEGRADED,
-                          words.STANDBY, words.STARTING, words.UNREACHABLE]
+                          words.STANDBY, words.STARTING, words.UNREACHABLE,
+                          words.MISCONFIGURED]
     for word in (words.OK, words.HELD, words.UNREACHABLE, words.DISABLED):
         assert f"`{word}`" in TEXT.split("Provider states:", 1)[1].split("\n\n", 1)[0]
 

@@ -120,9 +120,13 @@ def compile_rules(snapshot: Snapshot, settings: BalancingSettings, history: Hist
         unit.avoid = set().union(*(history.left_recently(g.vmid, now) for g in unit.guests))
         if not allowed:
             conflicts.append(f"{unit.name}: its pins and rules leave no node it may run on")
-        if any(history.cooling(g.vmid, now, settings.cooldown_s) for g in unit.guests):
+        cooling = [g for g in unit.guests if history.cooling(g.vmid, now, settings.cooldown_s)]
+        if cooling:
             unit.balance = False
-            skipped.append(Skip(words.COOLDOWN, "moved recently", unit.guests[0].vmid, unit.name))
+            # each guest by its own name (a bundle's name is its group's, or an HA rule's)
+            for guest in cooling:
+                skipped.append(Skip(words.COOLDOWN, "moved recently" if len(unit.guests) == 1 else
+                                    f"moved recently (it moves with {unit.name})", guest.vmid, guest.name))
         if any(not g.running for g in unit.guests):
             unit.balance = False
 

@@ -148,8 +148,9 @@ def _fraction(r: Reader, key: str, default: float | None, high: float = 1.0) -> 
         return default
     value = fraction(raw)
     if value is None or not 0.0 <= value <= high:
-        r.problems.add(r.sub(key), f"expected a fraction between 0 and {high:g} or a percentage "
-                                   f"such as 10%, got {raw!r}")
+        allowed = ("from 0 to 1 (0.1) or a percentage from 0% to 100% (10%)" if high == 1.0 else
+                   f"from 0 to {high:g}: 0.1, or a percentage such as 10%")
+        r.problems.add(r.sub(key), f"expected a fraction {allowed}, got {raw!r}")
         return default
     return value
 

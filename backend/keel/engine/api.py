@@ -30,88 +30,22 @@ from werkzeug.exceptions import HTTPException
 
 from keel import config as cfg
 from keel.authz import Principal
-from keel.engine import openapi, peer, redact, runners_admin
+from keel.engine import charts, openapi, peer, redact, views
+from keel.engine.api_runners import add_runner_routes
+from keel.engine.envelope import (MAX_BODY, body, caller, fail, number_arg, ok, require, require_somewhere,
+                                  status_of as _status_of, who)
 from keel.engine.core import Engine
 from keel.engine.leadership import NotLeaderError
-from keel.errors import AuthError, InvalidError, KeelError, NotFoundError, NotAllowedError
+from keel.errors import InvalidError, KeelError, NotFoundError, NotAllowedError
 from keel.units import parse_size
-from keel.validate import Problems, Reader
 
 log = logging.getLogger("keel.engine")
-MAX_BODY = 1024 * 1024
 STATUS_CACHE_S = 1.0
 FIRST_READING_WAIT_S = 2.0    # status waits this long, once, for the engine's first reading
 # Answered to any peer the socket lets in (root, keel-web) without a user: the document,
 # GitHub's deliveries (checked by their signature), and the metrics, which keel-web serves
 # without a login when the admin chose web.metrics: open.
 OPEN_PATHS = ("/api/openapi.json", "/api/runners/webhook", "/api/metrics")
-
-
-def _status_of(err: KeelError) -> int:
-    # PVE refusing Keel's own token is Keel's problem, not the caller's: never a 401/403 here,
-    # which keel-web would pass on as if the user's ticket were bad.
-    if isinstance(err, AuthError):
-        return 502
-    if type(err) is KeelError:        # PVE failed (a 500 on a read): try again later
-        return 503
-    return err.http_status
-
-
-def ok(data: Any, status: int = 200) -> Response:
-    response = jsonify({"data": data})
-    response.status_code = status
-    return response
-
-
-def fail(status: int, message: str, errors: dict[str, str] | None = None, **extra: Any) -> Response:
-    response = jsonify({"data": None, "message": message, "errors": errors or {}, **extra})
-    response.status_code = status
-    return response
-
-
-def body() -> Reader:
-    """The JSON body as a strict Reader: unknown keys are refused by ``done()``."""
-    try:
-        data = request.get_json(silent=True) if request.data else {}
-    except RecursionError:
-        raise InvalidError("the request body is nested too deeply") from None
-    if data is None or not isinstance(data, dict):
-        raise InvalidError("the request body must be a JSON object")
-    problems = Problems("request body")
-    return Reader(data, "", problems)
-
-
-def caller() -> Principal:
-    principal = g.get("principal")
-    if principal is None:                         # an OPEN_PATHS route asking: a bug
-        raise NotAllowedError("no caller")
-    return principal
-
-
-def who() -> str:
-    return caller().who()
-
-
-def require(privilege: str, path: str = "/") -> Principal:
-    principal = caller()
-    if not principal.can(privilege, path):
-        raise NotAllowedError(f"permission check failed ({path}, {privilege})")
-    return principal
-
-
-def require_somewhere(privilege: str) -> Principal:
-    """``privilege`` on some path: the route then decides per guest."""
-    principal = caller()
-    if not principal.anywhere(privilege):
-        raise NotAllowedError(f"permission check failed ({privilege} on no guest)")
-    return principal
-
-
-def number_arg(name: str, default: int, low: int, high: int) -> int:
-    text = request.args.get(name, str(default))
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
-        raise InvalidError(f"{name}: expected {low} to {high}, got {text[:20]!r}")
-    return int(text)
 
 
 def create_app(engine: Engine) -> Flask:
@@ -244,6 +178,25 @@ def create_app(engine: Engine) -> Flask:
                    "job": redact.job(job.to_json(), visible(principal)) if job is not None else None},
                   202 if job else 200)
 
+    @app.get("/api/maintenance/<node>/preview")
+    def maintenance_preview(node: str) -> Response:
+        principal = require("Sys.Audit")
+        require_somewhere("VM.Migrate")
+        preview = views.maintenance_preview(engine, node, principal)
+        see = visible(principal)        # parking moves may name guests of other nodes
+        return ok({**preview, "moves": redact.moves(preview["moves"], see),
+                   "stays": redact.moves(preview["stays"], see)})
+
+    node_charts = charts.NodeCharts(engine)
+
+    @app.get("/api/charts/nodes")
+    def chart_nodes() -> Response:
+        require("Sys.Audit")
+        timeframe = request.args.get("timeframe", "hour")
+        if timeframe not in charts.TIMEFRAMES:
+            raise InvalidError(f"timeframe: expected hour or day, got {timeframe[:20]!r}")
+        return ok(node_charts.get(timeframe))
+
     @app.get("/api/history")
     def history() -> Response:
         principal = require("Sys.Audit")
@@ -306,107 +259,13 @@ def create_app(engine: Engine) -> Flask:
                    "hold_duration": c.auto_rebalance_hold_duration, "margin": c.auto_rebalance_margin,
                    "pve_version": snap.pve_version})
 
-    @app.get("/api/runners")
-    def runners() -> Response:
-        require("Sys.Audit")
-        return ok(engine.runners_status())
-
-    def _runners_part(key: str) -> Response:
-        require("Sys.Audit")
-        status = engine.runners_status()
-        return ok(status.get(key, []))
-
-    @app.get("/api/runners/scale-sets")
-    def scale_sets() -> Response:
-        return _runners_part("scale_sets")
-
-    @app.get("/api/runners/runners")
-    def runner_list() -> Response:
-        return _runners_part("runners")
-
-    @app.get("/api/runners/jobs")
-    def runner_jobs() -> Response:
-        return _runners_part("jobs")
-
-    @app.get("/api/runners/waits")
-    def runner_waits() -> Response:
-        require("Sys.Audit")
-        limit = number_arg("limit", 100, 1, runners_admin.WAIT_JOBS_MAX)
-        return ok(runners_admin.waits(engine, limit))
-
-    @app.get("/api/runners/settings")
-    def runner_settings_get() -> Response:
-        require("Sys.Audit")
-        return ok(runners_admin.settings_view(engine))
-
-    @app.put("/api/runners/settings")
-    def runner_settings_put() -> Response:
-        principal = require("Sys.Modify")
-        settings, given, based_on = _runner_change()
-        return ok(runners_admin.change(engine, settings, given, principal, based_on=based_on))
-
-    @app.post("/api/runners/settings/validate")
-    def runner_settings_validate() -> Response:
-        principal = require("Sys.Modify")
-        settings, given, based_on = _runner_change()
-        try:
-            return ok(runners_admin.change(engine, settings, given, principal, write=False, based_on=based_on))
-        except InvalidError as err:
-            return ok({"valid": False, "written": False, "message": err.message, "errors": err.errors})
-
-    @app.put("/api/runners/secrets/<secret_id>")
-    def runner_secret_put(secret_id: str) -> Response:
-        principal = require("Sys.Modify")
-        r = body()
-        value = r.get("value", str)
-        r.done()
-        r.problems.raise_if_any()
-        return ok(runners_admin.change(engine, None, {secret_id: value}, principal))
-
-    @app.post("/api/runners/test")
-    def runner_test() -> Response:
-        require("Sys.Modify")
-        r = body()
-        r.done()
-        r.problems.raise_if_any()
-        return ok(runners_admin.test_connection(engine))
-
-    @app.post("/api/runners/scale-sets/<name>/<action>")
-    def scale_set_control(name: str, action: str) -> Response:
-        """Pause, resume or drain a scale set at run time (``keel runners pause``, the tab)."""
-        require("Sys.Modify")
-        r = body()
-        r.done()
-        r.problems.raise_if_any()
-        return ok(runners_admin.control(engine, name, action, who()))
-
-    @app.post("/api/runners/webhook")
-    def webhook() -> Response:
-        """A GitHub ``workflow_job`` delivery, passed on by keel-web: the runners check its
-        signature (HMAC-SHA256 with the webhook secret)."""
-        running = engine.runners
-        if running is None:
-            return fail(404 if engine.leader else 409, "the runners do not run on this node"
-                        + ("" if engine.leader else f"; {engine.leader_node() or 'no node'} leads"))
-        status, text = running[0].handle_webhook(dict(request.headers), request.get_data())
-        return ok(text, status) if status < 400 else fail(status, text)
+    add_runner_routes(app, engine)
 
     @app.get("/api/metrics")
     def metrics() -> Response:
         return Response(openapi.metrics_text(engine), mimetype="text/plain; version=0.0.4")
 
     return app
-
-
-def _runner_change() -> tuple[dict[str, Any] | None, dict[str, Any], str | None]:
-    """``{"settings": {...}, "secrets": {id: value}, "stamp": "..."}``, each optional."""
-    r = body()
-    settings = r.raw("settings", None)
-    given = r.get("secrets", dict, {})
-    based_on = r.get("stamp", str, None)
-    r.done()
-    r.problems.raise_if_any()
-    return (None if settings is None else runners_admin.json_body_settings(settings)), given, based_on
 
 
 def _config_text(engine: Engine) -> str:
@@ -461,10 +320,12 @@ def status_data(engine: Engine) -> dict[str, Any]:
         engine.reading.refresh(every)
         if snap is None:                  # the first reading since start: worth a short wait
             snap, age = engine.reading.latest(first_wait_s=FIRST_READING_WAIT_S)
+    maintenance = engine.store.maintenance_nodes()
     if snap is not None:
-        cluster = summary(snap, engine.config.balancing, engine.store.maintenance_nodes())
+        cluster = summary(snap, engine.config.balancing, maintenance)
         cluster.pop("guests", None)
         cluster["age_s"] = round(age or 0.0, 1)
+        views.add_model(engine, snap, maintenance, cluster)
     if engine.reading.error is not None:
         error = str(engine.reading.error)
     elif snap is None:
@@ -482,6 +343,7 @@ def status_data(engine: Engine) -> dict[str, Any]:
                    "threshold": engine.config.balancing.threshold,
                    "imbalance_figure": engine.config.balancing.imbalance},
         "last_round": engine.last_round, "job": running.to_json(len(running.events)) if running else None,
-        "maintenance": engine.store.maintenance_nodes(),
+        "maintenance": maintenance,
+        "inputs": views.plan_inputs(engine, maintenance, running),
         "cluster": cluster, "cluster_error": error, "errors": list(engine.errors),
     }

@@ -32,6 +32,7 @@ from keel.balance.balancer import best_node, make_plan
 from keel.balance.journal import Journal
 from keel.balance.plan import Plan
 from keel.balance.rounds import Rounds
+from keel.engine import outcome, runners_shared, views
 from keel.engine.jobs import Job, Jobs
 from keel.engine.leadership import Leadership
 from keel.engine.reading import SharedReading
@@ -44,8 +45,6 @@ from keel.store import Store
 
 log = logging.getLogger("keel.engine")
 EXECUTE_WAIT_S = 20.0     # an apply waits this long for a balancing round to finish
-RUNNERS_SHARE_S = 30.0    # the leader shares the runners' status this often (shared_dir)
-RUNNERS_SHARED_MAX_AGE_S = 600.0   # a follower shows a shared status at most this old
 FRESH_S = 2.0             # a plan may use a reading that started this long before it was asked for
 ACL_MAX_AGE_S = 60.0      # the ACL paths, as keel-web's privilege cache
 
@@ -169,7 +168,7 @@ class Engine:
             raise InvalidError(f"not valid YAML: {err}") from None
         except RecursionError:
             raise InvalidError("not valid YAML: nested too deeply") from None
-        return cfg.parse(data, "config")
+        return views.parse_config(self, data)
 
     def put_config(self, text: str, requested_by: str) -> cfg.Config:
         config = self.validate_config(text)
@@ -191,7 +190,7 @@ class Engine:
             renewing = time.monotonic()
             if self.leadership.tick():
                 self._start_runners()
-                self._share_runners_status()
+                runners_shared.share(self)
             self.reload_if_changed()
             # the next renewal is due lock_renew after this one started, whatever the rest took
             self._stop.wait(max(0.0, self.config.engine.lock_renew_s - (time.monotonic() - renewing)))
@@ -241,6 +240,9 @@ class Engine:
                             clock=self.clock, poll_s=self.poll_s, cancel=self._lost, journal=self._journal,
                             abandon=self._stop)
             result = rounds.round(apply=settings.enable and self.leader)
+            if result.execution is not None and result.execution.results and not result.decision.mandatory_only:
+                outcome.record_promise(self.store, result.execution.plan_id, result.plan)   # its whole plan ran
+                outcome.record_achieved(self, result.execution.plan_id, result.execution)
             self.last_round = {**result.line(), "applied": settings.enable, "node": self.node}
             if result.snapshot is not None:
                 self.reading.put(result.snapshot, age_s=self.clock() - result.snapshot.taken_at)
@@ -312,40 +314,10 @@ class Engine:
             configured = getattr(getattr(self.config, "runners", None), "configured", False)
             local = {"enabled": configured, "active": False, "error": self.runners_error,
                      "leader": self.leader, "leader_node": self.leader_node()}
-            shared = self.shared_runners_status() if configured and not self.leader else None
+            shared = runners_shared.read(self) if configured and not self.leader else None
             return {**shared, **local, "remote": True} if shared else local
         return {"enabled": True, "active": True, "error": None, "leader": True, "leader_node": self.node,
                 **running[0].status()}
-
-    def _shared_runners_path(self) -> Path:
-        return Path(self.config.engine.shared_dir) / "runners-status.json"
-
-    def _share_runners_status(self) -> None:
-        """The leader's runners' status in the shared directory, every ``RUNNERS_SHARE_S``
-        (or the reconcile interval if longer), for the followers' web UI."""
-        running = self.runners
-        now = self.clock()
-        every = max(RUNNERS_SHARE_S, self.config.runners.reconcile_interval_s)
-        if running is None or now - self._runners_shared_at < every:
-            return
-        import json
-        try:
-            status = {**running[0].status(), "node": self.node}
-            atomic_write(self._shared_runners_path(), json.dumps(status, separators=(",", ":")) + "\n")
-            self._runners_shared_at = now
-        except (KeelError, TypeError, ValueError) as err:
-            log.warning("cannot share the runners' status in %s: %s", self._shared_runners_path(), err)
-
-    def shared_runners_status(self) -> dict[str, Any] | None:
-        """What the leader last shared, if it is the leader's and recent enough."""
-        import json
-        try:
-            data = json.loads(self._shared_runners_path().read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict) or self.clock() - float(data.get("time") or 0) > RUNNERS_SHARED_MAX_AGE_S:
-            return None
-        return data
 
     def runner_store(self) -> Any:
         """The runners' tables in this node's database (jobs and events), also on a follower."""
@@ -449,13 +421,18 @@ class Engine:
         if not self._execute.acquire(timeout=EXECUTE_WAIT_S):
             raise BusyError(f"{node} is in maintenance; a plan is being carried out already, the node "
                             f"is emptied after it")
+        plan = self._evacuation(snap, node)
+        return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+
+    def _evacuation(self, snap: Any, node: str) -> Plan:
+        """The plan that empties ``node`` (as if it were in maintenance): its moves only."""
         settings = self.config.balancing
-        evacuation = replace(settings, limits=replace(settings.limits, moves=0))
+        evacuation = replace(settings, limits=replace(settings.limits, moves=0),
+                             maintenance=settings.maintenance | {node})
         plan = make_plan(snap, evacuation, self.store.history(self.clock()), self.clock(),
                          configs=guestconfig.Reader(self.client, self.clock))
         moves = tuple(m for m in plan.moves if m.reason in ("maintenance", "park"))
-        plan = replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
-        return self.jobs.start("maintenance", requested_by, plan, self._run_plan, self._execute.release)
+        return replace(plan, moves=moves, reason=f"{len(moves)} guests leave {node}")
 
     def _may_empty(self, principal: Principal | None, node: str, snap: Any) -> None:
         """Maintenance moves every guest off the node (now, and in every round after): it
@@ -488,7 +465,9 @@ class Engine:
         executor = Executor(self.client, self.config.balancing, self.store, requested_by=job.requested_by,
                             on_event=job.event, cancel=job.cancel_event, clock=self.clock, poll_s=self.poll_s,
                             journal=self._journal(), abandon=self._stop, cancel_reason=lambda: job.cancelled_by)
+        outcome.record_promise(self.store, job.id, job.plan)          # promised and achieved (engine.outcome)
         job.execution = carry_out(executor, job.plan, replan, job_id=job.id, kind=job.kind)
+        job.outcome = outcome.record_achieved(self, job.id, job.execution)
         self._wake.set()
 
     def _error(self, where: str, message: str) -> None:

@@ -34,6 +34,7 @@ class Job:
     execution: Any = None
     cancelled_by: str | None = None
     error: str | None = None
+    outcome: dict[str, Any] | None = None     # promised and achieved, once it ended (engine.outcome)
     cancel_event: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -78,7 +79,7 @@ class Job:
                          "ok": succeeded},
             "plan": {"verdict": self.plan.verdict, "reason": self.plan.reason,
                      "moves": [m.to_json() for m in self.plan.moves]},
-            "events": events, "next": count,
+            "events": events, "next": count, "outcome": self.outcome,
         }
 
 

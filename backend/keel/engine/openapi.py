@@ -60,9 +60,14 @@ SPEC: dict[str, Any] = {
             "delete": _op("Cancel a job: no new migration starts",
                           params=[_q("job_id", {"type": "string"}, where="path")], errors=("404",))},
         "/api/maintenance": {"get": _op("Nodes in maintenance, since when, by whom", errors=())},
+        "/api/maintenance/{node}/preview": {"get": _op(
+            "What entering maintenance would move where and what would stay, with why, without acting",
+            params=[_q("node", {"type": "string"}, where="path")], errors=("404", "503"))},
         "/api/maintenance/{node}": {"post": _op(
             "Enter (and empty) or leave maintenance (leader only)", "200", "MaintenanceRequest",
             params=[_q("node", {"type": "string"}, where="path")], errors=("400", "404", "409", "503"))},
+        "/api/charts/nodes": {"get": _op("Each node's CPU and memory over the last hour or day (PVE's RRD)",
+                                         params=[_q("timeframe", {"type": "string", "enum": ["hour", "day"]})])},
         "/api/history": {"get": _op("Moves, decisions and jobs", params=[_q("limit", {"type": "integer", "minimum": 1,
                                                                                 "maximum": 1000})])},
         "/api/best-node": {"get": _op("The node Keel would pick for a new guest", params=[

@@ -28,7 +28,7 @@ import yaml
 
 from keel import config as cfg
 from keel.authz import Principal
-from keel.engine import boundary
+from keel.engine import boundary, runners_shared
 from keel.errors import BusyError, InvalidError, KeelError, NotFoundError
 from keel.runners import check as checks, secrets, shared
 from keel.files import atomic_write
@@ -237,7 +237,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 def waits(engine: "Engine", limit: int) -> dict[str, Any]:
     """The last ``limit`` jobs that started: queued → started, per job and per scale set."""
     if engine.runners is None and not engine.leader:       # a follower: the leader's recent jobs
-        rows = (engine.shared_runners_status() or {}).get("jobs") or []
+        rows = (runners_shared.read(engine) or {}).get("jobs") or []
     else:
         store = engine.runner_store()
         rows = [] if store is None else store.jobs(limit=WAIT_JOBS_MAX)

@@ -74,6 +74,7 @@ class SetState:
     standby: bool = False                  # another listener holds the session
     retry_at: float = 0.0
     error: str | None = None
+    misconfigured: bool = False            # the error is the config's: GitHub lacks what it names
     statistics: dict[str, int] = field(default_factory=dict)
     stats_at: float | None = None
     last_message_id: int = 0

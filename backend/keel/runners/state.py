@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from keel.errors import KeelError
+from keel.errors import KeelError, NotFoundError
 from keel.pve.client import PveClient, Target
 from keel.runners.shared import Shared
 from keel.runners.demand import SetState
@@ -180,11 +180,15 @@ class Fleet:
             except RateLimited as err:
                 state.error, state.retry_at = str(err), err.until
                 continue
-            except KeelError as err:
-                state.error, state.retry_at = str(err), now + ERROR_WAIT_S
+            except NotFoundError as err:          # a runner group the config names that GitHub lacks
+                state.error, state.misconfigured, state.retry_at = str(err), True, now + ERROR_WAIT_S
                 log.warning("scale set %s: %s", ss.name, err)
                 continue
-            state.session, state.standby, state.error = session, False, None
+            except KeelError as err:
+                state.error, state.misconfigured, state.retry_at = str(err), False, now + ERROR_WAIT_S
+                log.warning("scale set %s: %s", ss.name, err)
+                continue
+            state.session, state.standby, state.error, state.misconfigured = session, False, None, False
             state.set_statistics(session.statistics, now)
             self._remember_session(ss.name, session)
             self.store.event(now, "listening", ss.name, "", "", f"session {session.id}")

@@ -15,6 +15,7 @@
 | ``DEGRADED`` | GitHub is not answering (since the time shown): no runner is judged by its silence |
 | ``STANDBY`` | another listener holds its session (another Keel); it touches nothing |
 | ``STARTING`` / ``UNREACHABLE`` | no session yet / GitHub cannot be reached or asked Keel to wait |
+| ``MISCONFIGURED`` | GitHub answers but has no runner group of the name the config gives |
 
 A provider is ``OK``, ``HELD`` (a hold keeps lower priorities off it), ``UNREACHABLE`` or
 ``DISABLED``.  ``queue`` lists the jobs waiting for a runner, oldest first: scale set,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from keel import words
 from keel.runners.scaler import want
@@ -43,7 +45,7 @@ def snapshot(svc: Fleet) -> dict[str, Any]:
     providers = [_provider(svc, p, now) for p in svc.settings.providers]
     runners = [{"name": r.name, "scale_set": r.scale_set, "provider": r.provider, "vmid": r.vmid,
                 "node": r.node, "state": r.state, "phase": r.phase, "age_s": round(now - r.created_at, 1),
-                "job": r.job_id, "reason": r.reason, "adopted": r.adopted}
+                "job": r.job_id, "reason": r.reason, "adopted": r.adopted, **_job_link(svc, r)}
                for r in sorted(svc.runners.values(), key=lambda r: (r.scale_set, r.created_at))]
     jobs = sorted((j for s in svc.sets.values() for j in s.jobs.values()),
                   key=lambda j: j.seen_at, reverse=True)[:RECENT_JOBS]
@@ -87,6 +89,17 @@ def waiting(svc: Fleet, now: float) -> list[dict[str, Any]]:
     return sorted(out, key=lambda j: (j["since"], j["job_id"]))
 
 
+def _job_link(svc: Fleet, runner: Any) -> dict[str, Any]:
+    """The repository of the runner's job and a link to its Actions page on the GitHub the
+    config names (the web UI's Job column)."""
+    state = svc.sets.get(runner.scale_set)
+    job = state.jobs.get(runner.job_id) if state is not None and runner.job_id else None
+    repo = job.repo if job is not None else ""
+    parts = urlsplit(svc.settings.github.url or "")
+    url = f"{parts.scheme}://{parts.netloc}/{repo}/actions" if repo and parts.scheme == "https" else None
+    return {"job_repo": repo or None, "job_url": url}
+
+
 def _wait(end: float | None, start: float | None) -> float | None:
     return round(end - start, 1) if end is not None and start is not None else None
 
@@ -119,7 +132,8 @@ def _scale_set(svc: Fleet, ss: Any, now: float, queue: list[dict[str, Any]]) -> 
         details.append(f"GitHub counts {unconfirmed} job(s) Keel has not heard of: no runner until its "
                        f"REST API shows them")
     if state.session is None:
-        word = words.STANDBY if state.standby else words.UNREACHABLE if state.error else words.STARTING
+        word = (words.STANDBY if state.standby else words.MISCONFIGURED if state.error and state.misconfigured
+                else words.UNREACHABLE if state.error else words.STARTING)
         if state.standby:
             details.insert(0, "another listener holds its session")
         elif state.error:

@@ -27,13 +27,16 @@ slow PVE holds neither a connection's greenlet nor the other requests).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 import logging
 import re
 import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
@@ -49,10 +52,14 @@ from keel.web import limits
 from keel.web.limits import MAX_BODY
 
 log = logging.getLogger("keel.web")
-ALLOW_HEADERS = "Authorization, CSRFPreventionToken, Content-Type, X-Requested-With"
+ALLOW_HEADERS = "Authorization, CSRFPreventionToken, Content-Type, X-Requested-With, If-None-Match"
+EXPOSE_HEADERS = "ETag"
+GZIP_MIN = 512               # answers shorter than this are sent as they are
+FIELDS = re.compile(r"^[a-z_]{1,40}(,[a-z_]{1,40}){0,30}$")      # ?fields=cluster,job
 ALLOW_METHODS = "GET, POST, PUT, DELETE"
 WRITES = frozenset({"POST", "PUT", "DELETE"})
 CSRF_REFUSED = "Permission denied - invalid csrf token"          # pveproxy's words
+DOCS = Path("/usr/share/doc/pve-keel")                           # where the package puts docs/*.md
 WEBHOOK_HEADERS = ("X-Hub-Signature-256", "X-GitHub-Event", "X-GitHub-Delivery")
 DELIVERY = re.compile(r"^[A-Za-z0-9-]{1,128}$")                  # GitHub's delivery GUID
 
@@ -87,6 +94,7 @@ class Need:
 # (method, path prefix) -> what is needed; the first match wins.
 RULES: tuple[tuple[str, str, Need], ...] = (
     ("GET", "/api/plan", Need("VM.Migrate", None)),
+    ("GET", "/api/maintenance/", Need("VM.Migrate", None)),     # a node's evacuation preview
     ("POST", "/api/apply", Need("VM.Migrate", None)),
     ("POST", "/api/maintenance/", Need("VM.Migrate", None)),
     ("DELETE", "/api/jobs/", Need(None)),
@@ -199,6 +207,52 @@ def _engine_target(path: str, query: bytes) -> str:
     return target
 
 
+def _fields_arg(query: bytes) -> tuple[bytes, tuple[str, ...] | None]:
+    """The query without ``fields=``, and the keys it names (None: all; (): malformed)."""
+    if b"fields=" not in query:
+        return query, None
+    kept, fields = [], None
+    for part in query.split(b"&"):
+        if part.startswith(b"fields="):
+            text = part[len(b"fields="):].decode("ascii", "replace").replace("%2C", ",").replace("%2c", ",")
+            fields = tuple(text.split(",")) if FIELDS.match(text) else ()
+        elif part:
+            kept.append(part)
+    return b"&".join(kept), fields
+
+
+def _cheap(response: Response, fields: tuple[str, ...] | None) -> Response:
+    """A read's answer as cheap as it can be sent (docs/ui.md, "What the panels cost"): only
+    the ``fields`` asked for, ``304 Not Modified`` for an ``If-None-Match`` naming its ETag,
+    and gzip for a client that takes it."""
+    raw = response.get_data()
+    if response.status_code != 200:
+        return response
+    if fields:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            return response
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if isinstance(data, dict):
+            answer["data"] = {key: data[key] for key in fields if key in data}
+            raw = json.dumps(answer, separators=(",", ":")).encode()
+            response.set_data(raw)
+    etag = '"' + hashlib.sha256(raw).hexdigest()[:24] + '"'
+    response.headers["ETag"] = etag
+    wanted = request.headers.get("If-None-Match", "")
+    if etag in (tag.strip() for tag in wanted.split(",")):
+        response.status_code = 304
+        response.set_data(b"")
+        response.headers.pop("Content-Type", None)
+        return response
+    accepted = request.headers.get("Accept-Encoding", "")
+    if len(raw) >= GZIP_MIN and "gzip" in accepted.lower():
+        response.set_data(gzip.compress(raw, compresslevel=6, mtime=0))
+        response.headers["Content-Encoding"] = "gzip"
+    return response
+
+
 def create_app(config: cfg.Config, harness: Any = None, pve_calls: Blocking = _direct,
                engine_calls: Blocking = _direct) -> Flask:
     """``harness`` (a ``keel.web.harness.Harness``, from ``keel web --harness DIR``) adds the
@@ -253,7 +307,8 @@ def create_app(config: cfg.Config, harness: Any = None, pve_calls: Blocking = _d
         origin = request.headers.get("Origin")
         if origin and allowed_origin(origin):
             response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Vary"] = "Origin"
+            response.headers["Access-Control-Expose-Headers"] = EXPOSE_HEADERS
+        response.headers["Vary"] = "Origin, Accept-Encoding"
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
@@ -325,10 +380,17 @@ def create_app(config: cfg.Config, harness: Any = None, pve_calls: Blocking = _d
         headers = {**identity(caller), "Accept": "application/json"}
         if body:
             headers["Content-Type"] = "application/json"
-        response = to_engine(request.method, _engine_target(path, request.query_string), body, headers)
+        query, fields = request.query_string, None
+        if request.method == "GET":
+            query, fields = _fields_arg(query)
+            if fields == ():
+                return envelope(400, "fields: expected top-level keys of the answer, comma separated "
+                                     "(fields=cluster,job)", {"fields": "expected key,key,..."})
+        response = to_engine(request.method, _engine_target(path, query), body, headers)
         if request.method != "GET":
             log.info("%s %s by %s: %s", request.method, path, caller.user, response.status_code)
-        return response
+            return response
+        return _cheap(response, fields)
 
     @app.post("/webhook")
     def github_webhook() -> Response:
@@ -360,6 +422,24 @@ def create_app(config: cfg.Config, harness: Any = None, pve_calls: Blocking = _d
     if harness is not None:
         from keel.web.harness import blueprint
         app.register_blueprint(blueprint(harness, config.proxmox.url, _pve_verify(config), pve_calls))
+
+    docs = Path(harness.www).parent / "docs" if harness is not None else DOCS
+
+    @app.get("/docs/<name>")
+    def doc(name: str) -> Response:
+        """Keel's documentation as the package ships it, for the panels' Help buttons: the
+        Markdown text (Debian compresses the larger files; served decompressed)."""
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,40}\.md", name):
+            return envelope(404, f"no such document: {name[:60]}")
+        for candidate in (docs / name, docs / (name + ".gz")):
+            if candidate.is_file():
+                raw = candidate.read_bytes()
+                if candidate.suffix == ".gz":
+                    raw = gzip.decompress(raw)
+                response = Response(raw, content_type="text/plain; charset=utf-8")
+                response.headers["Content-Security-Policy"] = "default-src 'none'"
+                return response
+        return envelope(404, f"no such document: {name} (in {docs})")
 
     @app.get("/")
     def index() -> Response:
