@@ -260,3 +260,79 @@ Ext.define('PVE.keel.Render', {
         }, extra);
     },
 });
+
+// Charts as PVE's RRD panels draw them (ExtJS cartesian charts): both tabs use these.
+Ext.define('PVE.keel.Chart', {
+    singleton: true,
+
+    // Chart colours as PVE's own charts take them: the widget toolkit's CSS variables
+    // (--pwt-text-color, --pwt-chart-grid-stroke; its dark theme sets them), else the
+    // owner's text colour.  No colour is set here.
+    themeColor: function (owner, variable) {
+        var value = window.getComputedStyle(document.documentElement).getPropertyValue(variable || '--pwt-text-color');
+        if (value && value.trim()) {
+            // as rgb(): the charts' colour parser knows no hsl()
+            var probe = document.createElement('span');
+            probe.style.color = value.trim();
+            document.body.appendChild(probe);
+            var rgb = window.getComputedStyle(probe).color;
+            document.body.removeChild(probe);
+            return rgb;
+        }
+        var el = owner && owner.getEl ? owner.getEl() : null;
+        return el ? window.getComputedStyle(el.dom).color : '#000';
+    },
+
+    // extra: maximum (of the left axis), percent (its labels as %, else 2 decimals, or
+    // whole numbers with integers), chart (more of the chart's config).
+    make: function (owner, itemId, title, fields, series, extra) {
+        var me = this, color = me.themeColor(owner);
+        extra = extra || {};
+        var stroke = window.getComputedStyle(document.documentElement).getPropertyValue('--pwt-chart-grid-stroke');
+        var grid = stroke && stroke.trim() ? { strokeStyle: me.themeColor(owner, '--pwt-chart-grid-stroke') } : true;
+        var label = extra.percent ? function (axis, v) { return Math.round(v * 100) + '%'; }
+            : extra.integers ? function (axis, v) { return Number(v) % 1 ? '' : String(Number(v)); }
+            : function (axis, v) { return Number(v).toFixed(2); };
+        return Ext.apply({
+            xtype: 'cartesian',
+            itemId: itemId,
+            flex: 1,
+            margin: '0 5 0 0',
+            store: Ext.create('Ext.data.Store', { fields: fields, data: [] }),
+            background: 'rgba(0, 0, 0, 0)',           // the panel's own background, both themes
+            insetPadding: { top: 24, left: 5, right: 10, bottom: 5 },
+            legend: { docked: 'bottom' },
+            interactions: ['crosszoom'],
+            sprites: [{ type: 'text', text: title, x: 10, y: 14, fontSize: 12, fillStyle: color }],
+            axes: [{
+                type: 'numeric', position: 'left', grid: grid, minimum: 0, maximum: extra.maximum,
+                label: { fillStyle: color }, style: { strokeStyle: color }, renderer: label,
+            }, {
+                type: 'time', position: 'bottom', grid: grid, fields: ['time'],
+                label: { fillStyle: color }, style: { strokeStyle: color },
+                renderer: function (axis, v) {            // seconds when the span is short, dates past a day
+                    var range = axis.getRange ? axis.getRange() : null;
+                    var span = range ? range[1] - range[0] : 0;
+                    return Ext.Date.format(new Date(v), span < 15 * 60 * 1000 ? 'H:i:s'
+                        : span > 36 * 3600 * 1000 ? 'm-d H:i' : 'H:i');
+                },
+            }],
+            series: series,
+        }, extra.chart);
+    },
+
+    // A line of one field; dashed for a reference line (kept out of the legend).  format(v)
+    // for the tooltip's value: a percentage unless given.
+    line: function (field, title, dashed, format) {
+        format = format || function (v) { return Math.round(v * 100) + '%'; };
+        return {
+            type: 'line', xField: 'time', yField: field, title: title, showMarkers: false, showInLegend: !dashed,
+            style: dashed ? { lineWidth: 1, lineDash: [4, 3] } : { lineWidth: 1.5 },
+            tooltip: { trackMouse: true, renderer: function (tooltip, record) {
+                var v = record.get(field);
+                tooltip.setHtml(Ext.htmlEncode(title) + ': ' + (v === null || v === undefined ? '-' : format(v)) +
+                    ' (' + Ext.Date.format(record.get('time'), 'H:i') + ')');
+            } },
+        };
+    },
+});

@@ -179,6 +179,7 @@ Ext.define('PVE.keel.Rebalancing', {
                     if (pressed) {
                         me.chartPoller.params = { timeframe: item.value };
                         me.chartPoller.etag = null;
+                        me.chartNodes = null;            // new charts: a loaded chart keeps its time axis
                         me.chartPoller.tick();
                     }
                 } },
@@ -899,70 +900,6 @@ Ext.define('PVE.keel.Rebalancing', {
 
     // -- charts (ExtJS charts, as PVE's RRD panels draw them) -----------------------------
 
-    // Chart colours as PVE's own charts take them: the widget toolkit's CSS variables
-    // (--pwt-text-color, --pwt-chart-grid-stroke; its dark theme sets them), else the
-    // panel's text colour.  No colour is set here.
-    themeColor: function (variable) {
-        var value = window.getComputedStyle(document.documentElement).getPropertyValue(variable || '--pwt-text-color');
-        if (value && value.trim()) {
-            // as rgb(): the charts' colour parser knows no hsl()
-            var probe = document.createElement('span');
-            probe.style.color = value.trim();
-            document.body.appendChild(probe);
-            var rgb = window.getComputedStyle(probe).color;
-            document.body.removeChild(probe);
-            return rgb;
-        }
-        var el = this.getEl ? this.getEl() : null;
-        return el ? window.getComputedStyle(el.dom).color : '#000';
-    },
-
-    makeChart: function (itemId, title, fields, series, extra) {
-        var me = this, color = me.themeColor();
-        var stroke = window.getComputedStyle(document.documentElement).getPropertyValue('--pwt-chart-grid-stroke');
-        var grid = stroke && stroke.trim() ? { strokeStyle: me.themeColor('--pwt-chart-grid-stroke') } : true;
-        return Ext.apply({
-            xtype: 'cartesian',
-            itemId: itemId,
-            flex: 1,
-            margin: '0 5 0 0',
-            store: Ext.create('Ext.data.Store', { fields: fields, data: [] }),
-            background: 'rgba(0, 0, 0, 0)',           // the panel's own background, both themes
-            insetPadding: { top: 24, left: 5, right: 10, bottom: 5 },
-            legend: { docked: 'bottom' },
-            interactions: ['crosszoom'],
-            sprites: [{ type: 'text', text: title, x: 10, y: 14, fontSize: 12, fillStyle: color }],
-            axes: [{
-                type: 'numeric', position: 'left', grid: grid, minimum: 0, maximum: extra && extra.maximum,
-                label: { fillStyle: color }, style: { strokeStyle: color },
-                renderer: extra && extra.percent
-                    ? function (axis, label) { return Math.round(label * 100) + '%'; }
-                    : function (axis, label) { return Number(label).toFixed(2); },
-            }, {
-                type: 'time', position: 'bottom', grid: grid, fields: ['time'],
-                label: { fillStyle: color }, style: { strokeStyle: color },
-                renderer: function (axis, label) {       // seconds when the span is short
-                    var range = axis.getRange ? axis.getRange() : null;
-                    var short = range && range[1] - range[0] < 15 * 60 * 1000;
-                    return Ext.Date.format(new Date(label), short ? 'H:i:s' : 'H:i');
-                },
-            }],
-            series: series,
-        }, extra && extra.chart);
-    },
-
-    lineSeries: function (field, title, dashed) {
-        return {
-            type: 'line', xField: 'time', yField: field, title: title, showMarkers: false, showInLegend: !dashed,
-            style: dashed ? { lineWidth: 1, lineDash: [4, 3] } : { lineWidth: 1.5 },
-            tooltip: { trackMouse: true, renderer: function (tooltip, record) {
-                var v = record.get(field);
-                tooltip.setHtml(Ext.htmlEncode(title) + ': ' + (v === null || v === undefined ? '-'
-                    : Math.round(v * 100) + '%') + ' (' + Ext.Date.format(record.get('time'), 'H:i') + ')');
-            } },
-        };
-    },
-
     // Each node's CPU and memory over the last hour (or day), one line per node, the
     // cluster's average and the threshold above it dashed (the band a node is "hot" over).
     onCharts: function (data) {
@@ -979,18 +916,18 @@ Ext.define('PVE.keel.Rebalancing', {
             panel.removeAll();
             var fields = [{ name: 'time', type: 'date', dateFormat: 'timestamp' }, 'avg', 'hot'];
             var make = function (suffix, title) {
-                var series = nodes.map(function (n) { return me.lineSeries(n + suffix, n); });
-                series.push(me.lineSeries('avg', gettext('average'), true));
-                series.push(me.lineSeries('hot', gettext('hot above'), true));
-                return me.makeChart(suffix === '_cpu' ? 'cpuChart' : 'memChart', title,
+                var series = nodes.map(function (n) { return PVE.keel.Chart.line(n + suffix, n); });
+                series.push(PVE.keel.Chart.line('avg', gettext('average'), true));
+                series.push(PVE.keel.Chart.line('hot', gettext('hot above'), true));
+                return PVE.keel.Chart.make(me, suffix === '_cpu' ? 'cpuChart' : 'memChart', title,
                     fields.concat(nodes.map(function (n) { return n + suffix; })), series,
                     { percent: true, maximum: 1 });
             };
             panel.add(make('_cpu', gettext('CPU usage')));
             panel.add(make('_mem', gettext('Memory usage')));
-            panel.add(me.makeChart('imbalanceChart', gettext('Imbalance'),
+            panel.add(PVE.keel.Chart.make(me, 'imbalanceChart', gettext('Imbalance'),
                 [{ name: 'time', type: 'date', dateFormat: 'timestamp' }, 'figure', 'threshold'],
-                [me.lineSeries('figure', gettext('imbalance')), me.lineSeries('threshold', gettext('threshold'), true),
+                [PVE.keel.Chart.line('figure', gettext('imbalance')), PVE.keel.Chart.line('threshold', gettext('threshold'), true),
                     { type: 'scatter', xField: 'time', yField: 'figure', title: gettext('jobs applied'),
                       store: Ext.create('Ext.data.Store', { fields: [{ name: 'time', type: 'date', dateFormat: 'timestamp' },
                           'figure', 'text'], data: [] }),

@@ -821,7 +821,7 @@ Ext.define('PVE.keel.Runners', {
                 { text: gettext('Idle'), dataIndex: 'idle', width: 70, align: 'right' },
                 { text: gettext('Busy'), dataIndex: 'busy', width: 70, align: 'right' },
                 { text: gettext('Max.'), dataIndex: 'max', width: 70, align: 'right' },
-                { text: gettext('Waiting'), dataIndex: 'waiting', width: 80, align: 'right' },
+                { text: gettext('Waiting'), dataIndex: 'waiting', width: 90, align: 'right' },
                 { text: gettext('Priority'), dataIndex: 'priority', width: 80, align: 'right' },
                 { text: gettext('Details'), dataIndex: 'details', flex: 2, cellWrap: true,
                   renderer: function (value) { return Ext.htmlEncode((value || []).join('; ')); } },
@@ -899,6 +899,25 @@ Ext.define('PVE.keel.Runners', {
             iconCls: 'fa fa-bar-chart', margin: '10 10 0 10', border: true, bodyPadding: 10,
             items: [{ xtype: 'component', itemId: 'waits',
                 html: '<span class="pmx-hint">' + gettext('Loading...') + '</span>' }],
+        }, {
+            xtype: 'panel', itemId: 'activity', iconCls: 'fa fa-line-chart', margin: '10 10 10 10', border: true,
+            title: gettext('Queue and busy runners over time') + ' <span class="pmx-hint">(' +
+                gettext('per scale set, the most at once in each step') + ')</span>',
+            height: 260, layout: { type: 'hbox', align: 'stretch' },
+            tools: [{
+                xtype: 'segmentedbutton', itemId: 'span', allowMultiple: false,
+                items: [{ text: gettext('Hour'), value: '1h', pressed: true }, { text: gettext('Day'), value: '1d' }],
+                listeners: { toggle: function (button, item, pressed) {
+                    if (pressed) {
+                        me.activityPoller.params = { span: item.value };
+                        me.activityPoller.etag = null;
+                        me.activityNames = null;         // new charts: their time axis for the span
+                        me.activityPoller.tick();
+                    }
+                } },
+            }],
+            items: [{ xtype: 'component', itemId: 'activityEmpty', flex: 1, padding: 10, cls: 'pmx-hint',
+                html: gettext('Loading...') }],
         }];
         me.callParent();
         // Only what the panel reads (not the recent jobs), 304 when unchanged (docs/ui.md).
@@ -911,6 +930,10 @@ Ext.define('PVE.keel.Runners', {
         me.waitPoller = Ext.create('PVE.keel.Poller', {
             panel: me, url: '/api/runners/waits', params: { limit: 60 }, interval: 30000,
             onData: me.onWaits, onError: function () {}, scope: me,
+        });
+        me.activityPoller = Ext.create('PVE.keel.Poller', {
+            panel: me, url: '/api/runners/activity', params: { span: '1h' }, interval: 60000,
+            onData: me.onActivity, onError: function () {}, scope: me,
         });
         me.on('afterrender', function () {
             me.loadSettings();
@@ -1040,7 +1063,8 @@ Ext.define('PVE.keel.Runners', {
 
     onStatus: function (data) {
         var me = this;
-        me.waitPoller.start();           // with the first answer: the chart comes at once
+        me.waitPoller.start();           // with the first answer: the charts come at once
+        me.activityPoller.start();
         var U = PVE.keel.RunnersUtil;
         var notice = me.down('#notice');
         var where = me.down('#where');
@@ -1112,6 +1136,70 @@ Ext.define('PVE.keel.Runners', {
         }
         me.lastWaits = key;
         me.down('#waits').update(me.chartHtml(data));
+    },
+
+    // Two charts, the jobs waiting and the runners busy, a line per scale set in the colour
+    // of the wait chart's bars; made again only when the scale sets change.
+    onActivity: function (data) {
+        var me = this;
+        var U = PVE.keel.RunnersUtil;
+        var panel = me.down('#activity');
+        var sets = data.scale_sets || {};
+        var names = Object.keys(sets).sort();
+        var key = names.join('\n');
+        if (me.activityNames !== key) {
+            me.activityNames = key;
+            panel.removeAll();
+            if (!names.length) {
+                panel.add({ xtype: 'component', itemId: 'activityEmpty', flex: 1, padding: 10, cls: 'pmx-hint',
+                    html: gettext('No job in this span.') });
+                return;
+            }
+            var count = function (v) { return String(v); };
+            var make = function (prefix, itemId, title) {
+                var fields = [{ name: 'time', type: 'date', dateFormat: 'timestamp' }];
+                var series = names.map(function (name, i) {
+                    fields.push(prefix + i);
+                    var line = PVE.keel.Chart.line(prefix + i, name, false, count);
+                    line.colors = [U.palette[i % U.palette.length]];           // the line and its legend
+                    line.style = Ext.apply({}, { strokeStyle: line.colors[0] }, line.style);
+                    line.step = true;
+                    return line;
+                });
+                return PVE.keel.Chart.make(me, itemId, title, fields, series, { integers: true });
+            };
+            panel.add(make('queued_', 'queuedChart', gettext('Jobs waiting for a runner')));
+            panel.add(make('busy_', 'busyChart', gettext('Runners running a job')));
+        }
+        if (!names.length) {
+            return;
+        }
+        var rows = { queued_: [], busy_: [] };
+        sets[names[0]].forEach(function (point, k) {
+            var q = { time: point[0] }, b = { time: point[0] };
+            names.forEach(function (name, i) {
+                var p = sets[name][k] || [point[0], null, null];
+                q['queued_' + i] = p[1];
+                b['busy_' + i] = p[2];
+            });
+            rows.queued_.push(q);
+            rows.busy_.push(b);
+        });
+        var top = function (list) {      // whole steps on the axis: at least 0..2
+            return Math.max(2, Math.max.apply(null, list.map(function (r) {
+                return Math.max.apply(null, Object.keys(r).filter(function (f) { return f !== 'time'; })
+                    .map(function (f) { return r[f] || 0; }));
+            })));
+        };
+        [['queuedChart', rows.queued_], ['busyChart', rows.busy_]].forEach(function (c) {
+            var chart = me.down('#' + c[0]);
+            var axis = chart.getAxes()[0];
+            var max = top(c[1]);
+            max = max > 5 ? Math.ceil(max / 5) * 5 : max;       // whole numbers at every tick
+            axis.setMaximum(max);
+            axis.setMajorTickSteps(Math.min(max, 5));
+            chart.getStore().loadData(c[1]);
+        });
     },
 
     // A bar per job (oldest left), its height the wait; a colour per scale set; p50/p95 below.

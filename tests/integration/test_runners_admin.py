@@ -57,7 +57,7 @@ def every_answer(stack):
     """The text of every GET answer the UI reads."""
     return "".join(api(stack, "GET", p).text for p in
                    ("/api/runners", "/api/runners/settings", "/api/runners/scale-sets", "/api/runners/runners",
-                    "/api/runners/jobs", "/api/runners/waits", "/api/config", "/api/status"))
+                    "/api/runners/jobs", "/api/runners/waits", "/api/runners/activity", "/api/config", "/api/status"))
 
 
 def test_settings_read_as_written_with_secrets_only_set_or_not(stack):
@@ -217,6 +217,7 @@ def test_an_auditor_reads_but_may_not_change_or_test(stack):
     auth = f"PVEAuthCookie={ticket}"
     assert api(stack, "GET", "/api/runners/settings", auth=auth).status_code == 200
     assert api(stack, "GET", "/api/runners/waits", auth=auth).status_code == 200
+    assert api(stack, "GET", "/api/runners/activity", auth=auth).status_code == 200
     for method, path, body in (("PUT", "/api/runners/settings", {"settings": {}}),
                                ("POST", "/api/runners/settings/validate", {}),
                                ("PUT", "/api/runners/secrets/github.token", {"value": "ghp_" + "a" * 36}),
@@ -265,6 +266,14 @@ def test_new_settings_restart_the_runners_and_jobs_show_their_wait(stack):
     waits = api(stack, "GET", "/api/runners/waits?limit=10").json()["data"]
     assert waits["scale_sets"]["keel-c2-m4"]["jobs"] >= 1 and waits["jobs"][-1]["wait_s"] >= 0
     assert api(stack, "GET", "/api/runners/waits?limit=0").status_code == 400
+    # the job shows in the queue-depth and busy charts: waiting, then busy, within the hour
+    for span in ("", "?span=1h", "?span=1d"):
+        activity = api(stack, "GET", "/api/runners/activity" + span).json()["data"]
+        points = activity["scale_sets"]["keel-c2-m4"]
+        assert len(points) == 61 and activity["step_s"] == activity["span_s"] / 60
+        assert max(p[1] for p in points) >= 1 and max(p[2] for p in points) >= 1, (points[-3:], waits["jobs"][-1])
+    bad = api(stack, "GET", "/api/runners/activity?span=2h")
+    assert bad.status_code == 400 and "span" in bad.json()["message"] and "'2h'" in bad.json()["message"]
 
 
 def test_a_follower_shows_what_the_leader_shared(stack, tmp_path):
@@ -283,6 +292,7 @@ def test_a_follower_shows_what_the_leader_shared(stack, tmp_path):
         assert [s["name"] for s in status["scale_sets"]] == [s["name"] for s in
                                                               api(stack, "GET", "/api/runners/scale-sets").json()["data"]]
         assert client.call("GET", "/api/runners/waits")["jobs"] is not None
+        assert "scale_sets" in client.call("GET", "/api/runners/activity")
         assert "PRIVATE KEY" not in json.dumps(status)
         # a control given on a follower is written where the leader reads it, and applied there
         answer = client.call("POST", "/api/runners/scale-sets/keel-c2-m4/drain", {})

@@ -100,3 +100,8 @@ def test_runners_screenshots(open_ui, runners, theme, size):
     if os.environ.get("DOCS_SCREENSHOTS"):
         (ROOT / "docs" / "images").mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ROOT / "docs" / "images" / f"{name}.png"))
+    # the charts at the foot of the tab: the queue and busy runners over time
+    page.wait_for_function("() => Ext.ComponentQuery.query('pveKeelRunners')[0].down('#activity').items.getCount()")
+    page.evaluate("Ext.ComponentQuery.query('pveKeelRunners')[0].down('#activity').getEl().dom.scrollIntoView()")
+    page.wait_for_timeout(300)
+    screenshot(page, f"{name}-activity")

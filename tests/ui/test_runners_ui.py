@@ -103,6 +103,26 @@ def test_the_view_follows_a_job_from_the_fake_github(open_ui, runners, answers):
     wait_for(lambda: not [r for r in grid_rows(page, "runners") if r["name"] == row["name"]], timeout=90)
     page.wait_for_selector(".keel-wait-bar", timeout=30000)
     assert page.is_visible("text=keel-c2-m4: 1 jobs")
+    # the queue-depth and busy-runner charts (polled every minute): a day's, then the hour's again
+    assert page.is_visible("text=Queue and busy runners over time")
+    panel = "Ext.ComponentQuery.query('pveKeelRunners')[0]"
+    activity = page.evaluate(f"{panel}.down('#activity').getId()")
+    for span in ("Day", "Hour"):
+        page.click(f"#{activity} >> text={span}")
+        seconds = 86400 if span == "Day" else 3600
+        page.wait_for_function(f"() => {{ const c = {panel}.down('#busyChart'), s = c && c.getStore();"
+                               f" return s && s.getCount() && (s.last().get('time') - s.first().get('time'))"
+                               f" === {seconds} * 1000 && s.getRange().some(r => r.get('busy_0') >= 1); }}",
+                               timeout=30000)
+        titles = page.evaluate(f"Array.prototype.map.call({panel}.down('#busyChart').getSeries(), s => s.getTitle())")
+        assert titles == ["keel-c2-m4"]
+        assert page.evaluate(f"{panel}.down('#queuedChart').getStore().getCount()") == 61
+        assert page.evaluate(f"{panel}.activityPoller.params.span") == ("1d" if span == "Day" else "1h")
+    # the time axis follows the span (the chart redraws after its store changed)
+    page.wait_for_function(f"() => {{ const r = {panel}.down('#busyChart').getAxes()[1].getRange();"
+                           f" return r && Math.abs(r[1] - r[0] - 3600 * 1000) < 1000; }}", timeout=10000)
+    page.evaluate(f"{panel}.down('#activity').getEl().dom.scrollIntoView()")
+    screenshot(page, "runners-activity-light")
 
 
 def test_scale_set_states_in_words_and_a_bad_setting_beside_its_field(open_ui, runners, answers):

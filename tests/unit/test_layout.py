@@ -80,7 +80,7 @@ def test_modules_stay_small():
 # Inside keel.runners, one way too: each module imports only those before it here (lower
 # layers), never one after it, even for type hints.  The passes work on ``state.Fleet``;
 # ``service.RunnerService`` is a Fleet with the loop around it.
-RUNNERS_LAYERS = ("spec", "settings", "placement", "scaler", "record", "demand", "metrics", "store",
+RUNNERS_LAYERS = ("spec", "activity", "settings", "placement", "scaler", "record", "demand", "metrics", "store",
                   "shared", "webhooks", "secrets", "github", "proxmox", "check", "state", "lifecycle",
                   "scaling", "fleet", "status", "service", "endpoint")
 

@@ -10,6 +10,7 @@ from flask import Flask, Response, request
 from keel.engine import runners_admin
 from keel.engine.envelope import body, fail, number_arg, ok, require, who
 from keel.errors import InvalidError
+from keel.runners import activity as job_activity
 
 
 def add_runner_routes(app: Flask, engine: Any) -> None:
@@ -40,6 +41,11 @@ def add_runner_routes(app: Flask, engine: Any) -> None:
         require("Sys.Audit")
         limit = number_arg("limit", 100, 1, runners_admin.WAIT_JOBS_MAX)
         return ok(runners_admin.waits(engine, limit))
+
+    @app.get("/api/runners/activity")
+    def runner_activity() -> Response:
+        require("Sys.Audit")
+        return ok(runners_admin.activity(engine, job_activity.parse_span(request.args.get("span"))))
 
     @app.get("/api/runners/settings")
     def runner_settings_get() -> Response:

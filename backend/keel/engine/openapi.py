@@ -91,6 +91,10 @@ SPEC: dict[str, Any] = {
         "/api/runners/waits": {"get": _op(
             "Job wait times (queued to started) of the last jobs that started, and p50/p95 per scale set",
             params=[_q("limit", {"type": "integer", "minimum": 1, "maximum": 1000})], errors=("400",))},
+        "/api/runners/activity": {"get": _op(
+            "Each scale set's queue depth and busy runners over the last hour or day: 61 points "
+            "[time, most jobs waiting, most runners busy] per scale set, each the peak of its step",
+            params=[_q("span", {"type": "string", "enum": ["1h", "1d", "3600", "86400"]})], errors=("400",))},
         "/api/runners/settings": {
             "get": _op("The runners: section as written, and whether each secret is set (never its value)",
                        errors=("400",)),

@@ -30,7 +30,7 @@ from keel import config as cfg
 from keel.authz import Principal
 from keel.engine import boundary, runners_shared
 from keel.errors import BusyError, InvalidError, KeelError, NotFoundError
-from keel.runners import check as checks, secrets, shared
+from keel.runners import activity as job_activity, check as checks, secrets, shared
 from keel.files import atomic_write
 
 if TYPE_CHECKING:
@@ -260,6 +260,18 @@ def waits(engine: "Engine", limit: int) -> dict[str, Any]:
     summary = {name: {"jobs": len(v), "p50_s": _percentile(v, 0.5), "p95_s": _percentile(v, 0.95),
                       "max_s": max(v)} for name, v in sorted(per_set.items())}
     return {"jobs": jobs, "scale_sets": summary}
+
+
+def activity(engine: "Engine", span_s: float) -> dict[str, Any]:
+    """Each scale set's queue depth and busy runners over the last ``span_s`` (the Runners
+    tab's charts); a follower draws them from the leader's recent jobs."""
+    now = engine.clock()
+    if engine.runners is None and not engine.leader:
+        rows = (runners_shared.read(engine) or {}).get("jobs") or []
+    else:
+        store = engine.runner_store()
+        rows = [] if store is None else store.jobs_during(now - span_s - span_s / job_activity.STEPS, now)
+    return job_activity.activity(rows, now, span_s)
 
 
 def json_body_settings(data: Any) -> dict[str, Any]:

@@ -107,6 +107,13 @@ class RunnerStore:
                          f"AND seen_at >= ? ORDER BY seen_at", (now - KEEP_OPEN_JOBS_S,))
         return [dict(zip(JOB_KEYS, row)) for row in rows]
 
+    def jobs_during(self, since: float, until: float) -> list[dict[str, Any]]:
+        """Jobs that waited or ran at some time in [since, until]: the activity charts' rows."""
+        rows = self._run(f"SELECT {', '.join(JOB_KEYS)} FROM runner_jobs WHERE "
+                         f"COALESCE(queued_at, assigned_at, started_at, seen_at) <= ? AND "
+                         f"(completed_at IS NULL OR completed_at >= ?) ORDER BY seen_at", (until, since))
+        return [dict(zip(JOB_KEYS, row)) for row in rows]
+
     def prune_jobs(self, now: float) -> None:
         self._run("DELETE FROM runner_jobs WHERE seen_at < ?", (now - KEEP_JOBS_S,))
 
