@@ -30,6 +30,7 @@ PARK = "park"                       # a temporary stop on a third node to break 
 # What stopped a plan's balancing (``Plan.stopped``).
 LEVEL_REACHED = "level reached"     # the figure is at its target and no node is hot
 NOTHING_WORTH_IT = "no move worth it"   # short of the level, no allowed move helps enough
+DIMINISHING = "returns diminish"    # balanced already; the next move would do too little per GiB
 BUDGET = "budget"                   # the plan's move or byte limit was reached
 CLUSTER_FULL = "cluster full"       # the mean use is above the hotspot: no placement cools every node
 

@@ -393,7 +393,8 @@ def test_apply_plans_around_what_pve_would_refuse_and_finishes(sim_factory, tmp_
     assert status == 0, err.getvalue()
     plan = json.loads(out.getvalue())
     moved = {m["vmid"]: m["to"] for m in plan["moves"]}
-    assert plan["stopped"] == words.LEVEL_REACHED and moved
+    # balanced at the end: at the level, or past the threshold where returns diminish
+    assert plan["stopped"] in (words.LEVEL_REACHED, words.DIMINISHING) and moved
     assert not {200, 201, 202} & set(moved)
     assert moved.get(203, "c") != "b" and moved.get(204, "b") != "c"
     held = {s["vmid"]: s["reason"] for s in plan["skipped"] if s["vmid"]}

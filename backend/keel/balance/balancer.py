@@ -19,7 +19,7 @@ from keel.balance.history import History
 from keel.balance.loads import LoadModel, Samples
 from keel.balance.plan import Figures, Move, NodeLoad, Plan, Skip, State
 from keel.balance.level import _figure, _triggered, full_resources, node_excess
-from keel.balance.planner import plan_keel
+from keel.balance.planner import RETURNS, plan_keel
 from keel.balance.rules import Constraints, compile_rules, eligible_nodes
 from keel.balance.settings import BalancingSettings
 from keel.model import Guest, Snapshot
@@ -108,7 +108,7 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
             stopped = words.NOTHING_WORTH_IT
             reason = f"{first}the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
         else:
-            reason = f"{first}cuts {share} with {len(balance)} balancing moves"
+            reason = f"{first}cuts {share} with {len(balance)} balancing moves{_why_stopped(stopped, settings)}"
     after_model = model.copy()
     for move in _net(ordered):
         after_model.move([move.vmid], move.source, move.target)
@@ -139,6 +139,19 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         stopped = words.CLUSTER_FULL if full else words.LEVEL_REACHED
     return Plan(verdict, method, reason, tuple(ordered), before, after, tuple(skipped),
                 tuple(cons.conflicts), tuple(cons.notices), config, now, stopped)
+
+
+def _why_stopped(stopped: str, settings: BalancingSettings) -> str:
+    """What stopped a plan's balancing, as the end of its reason."""
+    figure = FIGURE_NAMES[settings.imbalance]
+    if stopped == words.LEVEL_REACHED:
+        return f"; level reached ({figure} at most {settings.threshold / 2:.2f}, no node hot by itself)"
+    if stopped == words.DIMINISHING:
+        return (f"; balanced ({figure} within {settings.threshold:.2f}, no node hot by itself) and returns "
+                f"diminish: the next move would cut it by less than {RETURNS:.0%} as much per GiB as these")
+    if stopped == words.NOTHING_WORTH_IT:
+        return "; no further move is worth it"
+    return ""
 
 
 def _full_sentence(model: LoadModel, settings: BalancingSettings, full: list[int]) -> str:

@@ -13,7 +13,11 @@
    made (fewer migrations for the same GiB), and again, until the **level** is reached
    (the figure at half the threshold and no node hot by itself), no move cuts F by enough
    (0.2 % of what two average nodes contribute to it), or the plan's move or byte budget
-   is spent — then the plan says so and later rounds go on.  After each move only the
+   is spent — then the plan says so and later rounds go on.  Once the cluster is
+   balanced (the figure within the threshold, no node hot by itself), the plan goes on
+   towards the level only while returns hold: a move (or compound move) that cuts F by
+   less than ``RETURNS`` (a tenth) of what the plan's moves have cut it by per GiB on
+   average is not made, and the plan stops there ("returns diminish").  After each move only the
    scores it changed are computed again (its two nodes' rows and columns).  On a cluster
    small enough for it, each such choice looks ahead first (``lookahead``): where the
    greedy path runs into a dead end, a dearer move whose path levels the cluster for
@@ -67,6 +71,7 @@ MAX_PEAK_MOVES = 20
 PEAK_RISE = 1.25             # ... and may raise the figure to 1.25 times where it was
 PEAK_FLOOR = 0.05            # ... or to this figure, if higher
 LOOKAHEAD_LEVEL = 0.005      # playouts look for the path to this figure
+RETURNS = 0.1                # past the threshold, a move must do a tenth of the plan's gain per GiB
 
 
 @dataclass
@@ -257,7 +262,13 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             scorer.forbid(row, origin)
 
     swaps = peaks = 0
+    got = paid = 0.0             # what the moves so far cut F by, and what they cost (GiB)
     made_any = False
+
+    def diminished(gain_: float, cost_: float) -> bool:
+        """Whether a move of this gain and cost does less than ``RETURNS`` of what the
+        plan's moves have done per GiB (asked only once the cluster is balanced)."""
+        return paid > 0 and gain_ / cost_ < RETURNS * got / paid
     budget_spent = False
     stop = words.NOTHING_WORTH_IT
     ceiling: float | None = None
@@ -284,6 +295,10 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                 for col in range(n):
                     scorer.forbid(best[0], col)
             continue
+        if best is not None and gain[best] >= min_gain and not _triggered(model, settings) \
+                and diminished(float(gain[best]), float(cost[best[0]])):
+            stop = words.DIMINISHING
+            break
         if best is None or gain[best] < min_gain:
             if worth_more:
                 budget_spent = True            # good moves remain: later rounds make them
@@ -293,6 +308,8 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
             cooled = False
             left = budget.moves - budget.used_moves
             saved = checkpoint()
+            balanced = not _triggered(model, settings)
+            before = model.objective()
             if swaps < MAX_SWAP_ROUNDS and left >= 2:
                 pair = swap(model, units, demand, scorer.cur, allowed, footprint, anti, placed, moves,
                             min_gain, settings)
@@ -310,6 +327,13 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                 if row is not None:
                     pair, cooled = [row], True
                     peaks += 1
+            if pair is not None and balanced:
+                spent = float(sum(cost[row] for row in set(pair)))
+                if diminished(before - model.objective(), spent):
+                    rollback(saved)
+                    scorer.refresh()
+                    stop = words.DIMINISHING
+                    break
             if pair is not None:
                 bad = refused(saved[2])
                 if bad is not None:
@@ -324,6 +348,8 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
                     home(row)
                 if not cooled:
                     swaps += 1
+                got += before - model.objective()
+                paid += float(sum(cost[row] for row in set(pair)))
                 made_any = True
                 scorer.refresh()
                 continue
@@ -338,6 +364,8 @@ def _balance_phase(model: LoadModel, units: list[Unit], anti: dict[str, set[str]
         scorer.cur[row] = col
         scorer.moved(row, source, col)
         home(row)
+        got += float(gain[best])
+        paid += float(cost[row])
         made_any = True
     still = _triggered(model, settings)
     if still and (budget_spent or budget.spent):
