@@ -219,6 +219,7 @@ class CephFacts:
     pools: tuple[CephPool, ...] = ()
     pg_states: Mapping[str, int] = field(default_factory=dict)    # "active+clean" -> count
     flags: frozenset[str] = frozenset()         # OSD map flags (noout, ...)
+    error: str = ""                             # why Ceph could not be read (then nothing is known)
 
 
 @dataclass(frozen=True)

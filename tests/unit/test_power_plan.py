@@ -240,6 +240,7 @@ def test_ceph_monitors_keep_more_than_a_bare_majority():
 @pytest.mark.parametrize("kw,words_", [
     ({"health": "HEALTH_WARN", "checks": ("SLOW_OPS",)}, "HEALTH_WARN (SLOW_OPS)"),
     ({"health": "HEALTH_ERR"}, "HEALTH_ERR"),
+    ({"health": "", "osds": {}, "error": "PVE GET /cluster/ceph/status: got timeout"}, "could not be read: PVE GET"),
     ({"osds": {"a": (2, 1), "b": (2, 2), "c": (2, 2), "d": (2, 2)}}, "OSDs are down on a"),
     ({"pg_states": {"active+clean": 100, "active+remapped+backfilling": 29}}, "29 placement groups"),
 ])

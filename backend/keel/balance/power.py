@@ -271,3 +271,44 @@ def _steps(snapshot: Snapshot, facts: PowerFacts, chosen: list[str], evac: Plan)
         steps.append(Step("shutdown", name, f"POST /nodes/{name}/status command=shutdown, then wait until it "
                                             f"has left the cluster"))
     return tuple(steps)
+
+
+def status(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSettings, now: float | None = None
+           ) -> dict[str, Any]:
+    """Each node's power state and what its sleep would depend on; quorum; the schedule now;
+    the saving while nodes sleep.  ``keel power status --json`` prints it as it is."""
+    power = settings.power
+    now = snapshot.taken_at if now is None else now
+    c = facts.ceph
+    nodes = []
+    asleep = []
+    for name, node in snapshot.nodes.items():
+        guests = snapshot.guests_on(name)
+        state = words.AWAKE if node.online else words.ASLEEP if name in power.nodes else words.DOWN
+        if state == words.ASLEEP:
+            asleep.append(name)
+        nodes.append({
+            "node": name, "power": state, "may_sleep": name in power.nodes,
+            "votes": facts.votes.get(name), "wakeonlan": facts.wol.get(name),
+            "ceph_osds": c.osds.get(name, (0, 0))[0] if c else 0, "ceph_mon": bool(c and name in c.mons),
+            "ha_state": node.ha_state, "lrm_mode": facts.lrm_modes.get(name),
+            "api_node": name == facts.local_node,
+            "guests": len(guests), "running": sum(1 for g in guests if g.running),
+            "cpu": round(node.cpu_frac, 4) if node.online else None,
+            "memory": round(node.mem_frac, 4) if node.online else None,
+        })
+    expected = sum(facts.votes.values())
+    awake_votes = sum(v for n, v in facts.votes.items() if n in snapshot.nodes and snapshot.nodes[n].online)
+    window = power.never_sleep_window(now)
+    next_wake = power.next_wake_all(now)
+    return {
+        "mode": power.mode, "may_sleep": list(power.nodes), "min_awake": power.min_awake,
+        "nodes": nodes,
+        "quorum": {"expected_votes": expected, "awake_votes": awake_votes, "quorum": expected // 2 + 1,
+                   "quorate": snapshot.quorate, "allow_bare_majority": power.allow_bare_majority},
+        "ceph": None if c is None else {"health": c.health, "flags": sorted(c.flags), "error": c.error},
+        "never_sleep_open": window.text if window else None,
+        "next_wake_all": next_wake, "timezone": power.timezone,
+        "asleep": asleep, "saving_watts": sum(power.watts_for(n) for n in asleep),
+        "time": now,
+    }

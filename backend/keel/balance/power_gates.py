@@ -126,6 +126,8 @@ def ceph(node: str, awake_after: set[str], ceph_facts: CephFacts | None,
     off), busy with nothing, and keep every pool at ``min_size`` copies and the monitors in
     quorum with the node gone."""
     c = ceph_facts
+    if c is not None and c.error:
+        return Refusal(words.GATE_CEPH, node, f"Ceph's state could not be read: {c.error}")
     if c is None or (node not in c.osds and node not in c.mons):
         return None
 
