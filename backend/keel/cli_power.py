@@ -27,6 +27,12 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
     plan = psub.add_parser("plan", parents=[common], help="which nodes could sleep now, where their guests "
                                                           "would go, and why the others stay awake (dry run)")
     plan.add_argument("--node", metavar="NODE", help="consider this node only")
+    sleep = psub.add_parser("sleep", parents=[common], help="empty NODE and power it off, if every gate lets it "
+                                                            "(asks first)")
+    sleep.add_argument("node", metavar="NODE")
+    sleep.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    wake = psub.add_parser("wake", parents=[common], help="wake NODE with Wake-on-LAN and wait until it is back")
+    wake.add_argument("node", metavar="NODE")
     power.set_defaults(power_parser=power)
 
 
@@ -53,13 +59,21 @@ def cmd_power(args: argparse.Namespace, env: Any) -> int:
     if args.power_command is None:
         args.power_parser.print_help(env.stdout)
         return ExitStatus.USAGE
-    return {"status": cmd_status, "plan": cmd_plan}[args.power_command](args, env)
+    return {"status": cmd_status, "plan": cmd_plan, "sleep": cmd_sleep, "wake": cmd_wake}[args.power_command](args, env)
 
 
 def cmd_status(args: argparse.Namespace, env: Any) -> int:
     from keel.balance import power
+    from keel.balance.power_exec import EVENTS, RECORDS
+    from keel.store import Store, default_path
     client, config, snap, facts = _read(args, env)
     data = power.status(snap, facts, config.balancing, time.time())
+    store = Store(args.store or default_path(env.environ))
+    records = store.get(RECORDS, {}) or {}
+    for n in data["nodes"]:
+        record = records.get(n["node"]) or {}
+        n["keel_state"], n["since"] = record.get("state"), record.get("since")
+    data["events"] = (store.get(EVENTS, []) or [])[-20:]
     if args.json:
         _dump(data, env)
     else:
@@ -81,6 +95,64 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
         _dump(plan.to_json(), env)
     else:
         env.stdout.write(render_plan(plan))
+    return ExitStatus.OK
+
+
+def _run(client: Any, settings: Any, store: Any, env: Any, as_json: bool) -> Any:
+    from keel import cli_balance
+    from keel.balance.power_exec import PowerRun
+
+    def say(text: str) -> None:
+        if as_json:
+            env.stdout.write(json.dumps({"event": "power", "detail": text}) + "\n")
+        else:
+            env.stdout.write(text + "\n")
+        env.stdout.flush()
+    return PowerRun(client, settings, store, f"keel power ({cli_balance._who(env)})", say=say,
+                    on_event=cli_balance._printer(env, as_json))
+
+
+def cmd_sleep(args: argparse.Namespace, env: Any) -> int:
+    from keel import cli_balance, words
+    from keel.balance import guestconfig
+    from keel.balance.power import plan_sleep
+    from keel.errors import InvalidError
+    from keel.store import Store, default_path
+    client, config, snap, facts = _read(args, env)
+    settings = config.balancing
+    if settings.power.mode == "off":
+        raise InvalidError("balancing.power.mode is off: Keel powers no node off (set it to recommend or "
+                           "automatic; keel power plan shows what it would do)")
+    now = time.time()
+    store = Store(args.store or default_path(env.environ))
+    plan = plan_sleep(snap, facts, settings, now, store.history(now), store.samples(now - settings.window_s) or None,
+                      _lease_holder(config), guestconfig.Reader(client), only=args.node)
+    if not args.json:
+        env.stdout.write(render_plan(plan))
+    if plan.verdict != words.SLEEP:
+        if args.json:
+            _dump(plan.to_json(), env)
+        env.stderr.write(f"keel: {args.node} stays awake: "
+                         + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals) + "\n")
+        return ExitStatus.BUSY
+    if not cli_balance._confirm(f"Empty {args.node} and power it off?", args, env):
+        env.stdout.write("Nothing done.\n")
+        return ExitStatus.OK
+    _run(client, settings, store, env, args.json).sleep_node(plan)
+    return ExitStatus.OK
+
+
+def cmd_wake(args: argparse.Namespace, env: Any) -> int:
+    from keel.cli import connect_with_config
+    from keel.errors import NotFoundError
+    from keel.pve import snapshot
+    from keel.store import Store, default_path
+    client, config = connect_with_config(args, env)
+    snap = snapshot.collect(client)
+    if args.node not in snap.nodes:
+        raise NotFoundError(f"no node {args.node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
+    store = Store(args.store or default_path(env.environ))
+    _run(client, config.balancing, store, env, args.json).wake_node(args.node)
     return ExitStatus.OK
 
 
@@ -121,9 +193,16 @@ def render_status(data: dict[str, Any]) -> str:
         if n["api_node"]:
             may_sleep = "no (API)"
         wol = n["wakeonlan"] or ("-" if n["power"] != "awake" else "none")
+        if n.get("keel_state") not in (None, "awake", "asleep"):
+            may_sleep += f" ({n['keel_state']})"
         lines.append(f"{n['node']:<10} {n['power']:<7} {may_sleep:<9} {n['votes'] if n['votes'] is not None else '-':>5}  "
                      f"{wol:<18} {ceph or '-':<12} {n['ha_state'] or '-':<12} "
                      f"{n['running']:>3}/{n['guests']:<2} {_pct(n['cpu']):>5} {_pct(n['memory']):>5}")
+    if data.get("events"):
+        lines += ["", "Sleeps and wakes"]
+        for e in data["events"][-10:]:
+            lines.append(f"  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['time']))}  {e['node']:<8} "
+                         f"{e['detail']}  ({e['by']})")
     return "\n".join(lines) + "\n"
 
 

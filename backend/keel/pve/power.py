@@ -110,3 +110,46 @@ def _osds_by_host(tree: dict[str, Any]) -> dict[str, tuple[int, int]]:
 
     walk(tree.get("root") or {})
     return found
+
+
+# -- acting --------------------------------------------------------------------------------
+
+def ha_maintenance(command: tuple[str, ...], enable: bool, node: str, timeout_s: float = 60.0) -> None:
+    """Run the HA maintenance command (``balancing.power.ha_maintenance_command``: PVE's API has
+    no call for it, ``ha-manager crm-command node-maintenance`` writes /etc/pve/ha/crm_commands);
+    raise with what it said if it fails."""
+    import subprocess
+    argv = [part.format(action="enable" if enable else "disable", node=node) for part in command]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise KeelError(f"{' '.join(argv)}: {err}") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise KeelError(f"{' '.join(argv)} failed (exit {done.returncode})" + (f": {said[-1]}" if said else ""))
+
+
+def set_noout(client: PveClient, on: bool) -> None:
+    client.put("/cluster/ceph/flags/noout", value=int(on))
+
+
+def shutdown(client: PveClient, node: str) -> None:
+    client.post(f"/nodes/{node}/status", command="shutdown")
+
+
+def wake(client: PveClient, node: str) -> str:
+    """Send the magic packet for ``node`` from the node the API runs on; answers the MAC."""
+    return str(client.post(f"/nodes/{node}/wakeonlan"))
+
+
+def node_online(client: PveClient, node: str) -> bool:
+    """In the cluster (``/cluster/status``) and its own API answering (pveproxy is up)."""
+    status = client.get("/cluster/status")
+    entry = next((e for e in status if e.get("type") == "node" and e.get("name") == node), None)
+    if entry is None or not int(entry.get("online", 0)):
+        return False
+    try:
+        client.get(f"/nodes/{node}/status")
+    except UnavailableError:
+        return False
+    return True
