@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from keel.errors import ExitStatus
 POWER = BACKEND / "keel" / "sim" / "scenarios" / "power.yaml"
 TOKEN = "keel@pve!keel=19191919-0000-4000-8000-000000000019"
 
-# Stands in for `ha-manager crm-command node-maintenance enable|disable NODE` on a PVE node.
+# Stands in for `ha-manager crm-command node-maintenance enable|disable NODE` on a PVE node:
+# an `ha-manager` first on PATH that asks the simulator (Keel's command is fixed, not configurable).
 HA_COMMAND = '''
 import json, ssl, sys, urllib.request
-url, cert, action, node = sys.argv[1:5]
+url, cert = URL, CERT
+assert sys.argv[1:3] == ["crm-command", "node-maintenance"], sys.argv
+action, node = sys.argv[3:5]
 request = urllib.request.Request(f"{url}/_sim/nodes/{node}", method="POST",
                                  data=json.dumps({"maintenance": action == "enable"}).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -41,11 +45,19 @@ def cluster(tmp_path):
     sim.stop()
 
 
+@pytest.fixture(autouse=True)
+def ha_manager(cluster, tmp_path, monkeypatch):
+    """A fake ``ha-manager`` first on PATH, for the simulator."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "ha-manager"
+    script.write_text(f"#!{sys.executable}\nURL, CERT = {cluster.url!r}, {str(cluster.cert)!r}\n" + HA_COMMAND)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def keel(sim, tmp_path: Path, *argv: str, **power):
-    script = tmp_path / "ha-maintenance.py"
-    script.write_text(HA_COMMAND)
-    settings = {"mode": "recommend", "nodes": ["pve4", "pve5", "pve6", "pve7", "pve8"], "wake_timeout": "20s",
-                "ha_maintenance_command": [sys.executable, str(script), sim.url, sim.cert, "{action}", "{node}"]}
+    settings = {"mode": "recommend", "nodes": ["pve4", "pve5", "pve6", "pve7", "pve8"], "wake_timeout": "20s"}
     settings.update(power)
     path = tmp_path / "keel.yaml"
     path.write_text(yaml.safe_dump({"balancing": {"guests": ["vm", "ct"], "power": settings}}))

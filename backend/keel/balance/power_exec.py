@@ -96,7 +96,7 @@ class PowerRun:
             self._abort(node, f"{', '.join(f'{g.name} ({g.vmid})' for g in left)} still running on it; "
                               f"{node} stays awake")
         if gates.uses_ha(snap):
-            pve_power.ha_maintenance(power.ha_maintenance_command, True, node)
+            pve_power.ha_maintenance(True, node)
             self._record(node, ha_maintenance=True)
             if not self._wait("HA maintenance", lambda: self._ha_let_go(node), HA_SETTLE_S):
                 self._abort(node, f"the HA manager did not put {node} in maintenance within "
@@ -166,7 +166,7 @@ class PowerRun:
         (noout only once no other node Keel put to sleep with OSDs is still off)."""
         record = self.records().get(node, {})
         if record.get("ha_maintenance"):
-            pve_power.ha_maintenance(self.settings.power.ha_maintenance_command, False, node)
+            pve_power.ha_maintenance(False, node)
             self._record(node, ha_maintenance=False)
             self._event(node, "ha-maintenance", "out of HA maintenance")
         if record.get("osds"):

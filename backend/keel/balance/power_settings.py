@@ -40,7 +40,6 @@ DEFAULT_HOLD_S = 1800.0        # the load stays low for 30 minutes before a node
 DEFAULT_WATTS = 150.0          # what a typical 1U server draws idle, for the savings estimate
 DEFAULT_WAKE_TIMEOUT_S = 600.0  # a node not back in 10 minutes is reported, and another is woken
 # PVE's API has no call for HA maintenance: Keel runs pve-ha-manager's own command on its node.
-DEFAULT_HA_MAINTENANCE_COMMAND = ("ha-manager", "crm-command", "node-maintenance", "{action}", "{node}")
 
 _WINDOW_RE = re.compile(r"^\s*(?:(?P<days>[a-z,\-]+)\s+)?(?P<start>\d{1,2}:\d\d)\s*-\s*(?P<end>\d{1,2}:\d\d)\s*$")
 _TIME_RE = re.compile(r"^\s*(?:(?P<days>[a-z,\-]+)\s+)?(?P<at>\d{1,2}:\d\d)\s*$")
@@ -75,7 +74,6 @@ class PowerSettings:
     timezone: str = "UTC"
     watts: Mapping[str, float] = field(default_factory=lambda: {"default": DEFAULT_WATTS})
     wake_timeout_s: float = DEFAULT_WAKE_TIMEOUT_S
-    ha_maintenance_command: tuple[str, ...] = DEFAULT_HA_MAINTENANCE_COMMAND
 
     def watts_for(self, node: str) -> float:
         return float(self.watts.get(node, self.watts.get("default", DEFAULT_WATTS)))
@@ -181,18 +179,6 @@ def _watts(r: Reader) -> dict[str, float]:
     return {"default": r.number("watts_per_node", DEFAULT_WATTS, 0)}
 
 
-def _command(r: Reader) -> tuple[str, ...]:
-    raw = r.raw("ha_maintenance_command", None)
-    if raw is None:
-        return DEFAULT_HA_MAINTENANCE_COMMAND
-    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw) \
-            or not any("{node}" in p for p in raw) or not any("{action}" in p for p in raw):
-        r.problems.add(r.sub("ha_maintenance_command"), "expected a command as a list of strings with "
-                                                        "{action} (enable or disable) and {node} in it")
-        return DEFAULT_HA_MAINTENANCE_COMMAND
-    return tuple(raw)
-
-
 def read(r: Reader) -> PowerSettings:
     d = PowerSettings()
     raw_mode = r.raw("mode", None)
@@ -228,7 +214,6 @@ def read(r: Reader) -> PowerSettings:
         never_sleep=_windows(r, "never_sleep", moment=False),
         wake_all=_windows(r, "wake_all", moment=True),
         timezone=timezone, watts=_watts(r), wake_timeout_s=wake_timeout,
-        ha_maintenance_command=_command(r),
     )
     r.done()
     return settings

@@ -114,12 +114,18 @@ def _osds_by_host(tree: dict[str, Any]) -> dict[str, tuple[int, int]]:
 
 # -- acting --------------------------------------------------------------------------------
 
-def ha_maintenance(command: tuple[str, ...], enable: bool, node: str, timeout_s: float = 60.0) -> None:
-    """Run the HA maintenance command (``balancing.power.ha_maintenance_command``: PVE's API has
-    no call for it, ``ha-manager crm-command node-maintenance`` writes /etc/pve/ha/crm_commands);
-    raise with what it said if it fails."""
+# PVE's API has no call for HA maintenance: pve-ha-manager's own command writes
+# /etc/pve/ha/crm_commands.  Fixed, never from the config: keel.yaml may be written by a web
+# user with Sys.Modify, and nothing written there may choose what root runs
+# (docs/security.md).  Found on PATH (/usr/sbin on a PVE node).
+HA_MAINTENANCE = ("ha-manager", "crm-command", "node-maintenance")
+
+
+def ha_maintenance(enable: bool, node: str, timeout_s: float = 60.0) -> None:
+    """``ha-manager crm-command node-maintenance enable|disable NODE``; raise with what it said
+    if it fails."""
     import subprocess
-    argv = [part.format(action="enable" if enable else "disable", node=node) for part in command]
+    argv = [*HA_MAINTENANCE, "enable" if enable else "disable", node]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as err:
