@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     from keel import cli_runners
     cli_runners.add_parsers(sub, _add_connection)
     cli_service.add_parsers(sub, _add_connection)
+    from keel import cli_power
+    cli_power.add_parsers(sub, _add_connection)
 
     demo = sub.add_parser("demo", help="start the simulator on the demo cluster and show it")
     demo.add_argument("--scenario", metavar="FILE", help="another scenario than the built-in demo")
@@ -316,6 +318,14 @@ def _service_command(name: str) -> Any:
 
 
 COMMANDS.update({name: _service_command(name) for name in ("engine", "web", "setup")})
+
+
+def cmd_power(args: argparse.Namespace, env: Env) -> int:
+    from keel import cli_power
+    return cli_power.cmd_power(args, env)
+
+
+COMMANDS["power"] = cmd_power
 
 
 if __name__ == "__main__":

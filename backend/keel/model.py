@@ -194,3 +194,42 @@ class Snapshot:
 
     def guests_on(self, node: str) -> list[Guest]:
         return sorted((g for g in self.guests.values() if g.node == node), key=lambda g: g.vmid)
+
+
+# -- power saving (issue 19): what the gates of a node's sleep read -------------------------
+
+
+@dataclass(frozen=True)
+class CephPool:
+    name: str
+    size: int                   # copies, each on another host
+    min_size: int               # copies that must be up for I/O
+
+
+@dataclass(frozen=True)
+class CephFacts:
+    """A hyperconverged Ceph as ``/cluster/ceph/status``, ``/nodes/{n}/ceph/osd`` and
+    ``/nodes/{n}/ceph/pool`` show it."""
+
+    health: str                                 # HEALTH_OK | HEALTH_WARN | HEALTH_ERR
+    checks: tuple[str, ...] = ()                # the health checks' codes (OSD_DOWN, ...)
+    osds: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # host -> (OSDs, up)
+    mons: tuple[str, ...] = ()
+    mons_in_quorum: tuple[str, ...] = ()
+    pools: tuple[CephPool, ...] = ()
+    pg_states: Mapping[str, int] = field(default_factory=dict)    # "active+clean" -> count
+    flags: frozenset[str] = frozenset()         # OSD map flags (noout, ...)
+    error: str = ""                             # why Ceph could not be read (then nothing is known)
+
+
+@dataclass(frozen=True)
+class PowerFacts:
+    """What a node's sleep depends on besides the snapshot: corosync's votes, the nodes'
+    Wake-on-LAN MACs, the HA agents' modes and Ceph."""
+
+    local_node: str | None                      # the node Keel's PVE endpoint runs on
+    votes: Mapping[str, int]                    # corosync quorum_votes of every node
+    wol: Mapping[str, str | None]               # online node -> its wakeonlan MAC, None if unset
+    ceph: CephFacts | None = None               # None: no Ceph on this cluster
+    lrm_modes: Mapping[str, str] = field(default_factory=dict)   # node -> active|maintenance|...
+    api_calls: int = 0

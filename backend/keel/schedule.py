@@ -73,6 +73,23 @@ def parse_time(text: str) -> int | None:
     return minutes if minutes <= 1440 else None
 
 
+def parse_days(items: list[Any]) -> tuple[set[int], list[str]]:
+    """``[mon-fri, sun]`` → ({0, 1, 2, 3, 4, 6}, []); the second item lists what is wrong."""
+    days: set[int] = set()
+    wrong: list[str] = []
+    for day in items:
+        text = str(day).lower()
+        if "-" in text and all(p in _DAY_ALIASES for p in text.split("-", 1)):
+            first, last = (_DAY_ALIASES[p] for p in text.split("-", 1))
+            days.update(range(first, last + 1) if first <= last else
+                        list(range(first, 7)) + list(range(0, last + 1)))
+        elif text in _DAY_ALIASES:
+            days.add(_DAY_ALIASES[text])
+        else:
+            wrong.append(f"unknown day {day!r} (use mon, tue, ... sun)")
+    return days, wrong
+
+
 def read(reader: Reader, extra_keys: tuple[str, ...] = ()) -> Schedule | None:
     """A schedule from a config mapping; problems go to ``reader.problems``."""
     if not reader.data:
@@ -104,16 +121,9 @@ def read_window(r: Reader, extra_keys: tuple[str, ...] = ()) -> Window | None:
     if not isinstance(days_raw, list) or not days_raw:
         r.problems.add(r.sub("days"), "expected a list of days such as [mon, tue]")
     else:
-        for day in days_raw:
-            text = str(day).lower()
-            if "-" in text and all(p in _DAY_ALIASES for p in text.split("-", 1)):
-                first, last = (_DAY_ALIASES[p] for p in text.split("-", 1))
-                days.update(range(first, last + 1) if first <= last else
-                            list(range(first, 7)) + list(range(0, last + 1)))
-            elif text in _DAY_ALIASES:
-                days.add(_DAY_ALIASES[text])
-            else:
-                r.problems.add(r.sub("days"), f"unknown day {day!r} (use mon, tue, ... sun)")
+        days, wrong = parse_days(days_raw)
+        for message in wrong:
+            r.problems.add(r.sub("days"), message)
     times = {}
     for key, default in (("from", "00:00"), ("to", "24:00")):
         value = r.raw(key, default)

@@ -74,3 +74,24 @@ HELD = "HELD"                       # provider: a scale set's hold keeps lower p
 OK = "OK"                           # provider: taking runners
 DISABLED = "DISABLED"               # provider: disabled in the config
 RUNNER_STATES = ("creating", "starting", "idle", "busy", "removing")
+
+# Power saving (issue 19): what a power plan concluded, and why a node stays awake (its gates).
+SLEEP = "SLEEP"                     # nodes can be emptied and powered off now
+ALL_AWAKE = "ALL AWAKE"             # no node can sleep now (each one's reason is given)
+POWER_VERDICTS = (SLEEP, ALL_AWAKE, NO_QUORUM)
+AWAKE = "awake"                     # a node's power state: online
+ASLEEP = "asleep"                   # offline, and one of power.nodes (Keel cannot tell a sleep from a loss)
+DOWN = "down"                       # offline, and not a node that may sleep
+GATE_POLICY = "policy"              # not one of power.nodes
+GATE_AWAKE = "not awake"            # already offline
+GATE_MAINTENANCE = "maintenance"    # in maintenance: an admin is working on it
+GATE_SCHEDULE = "schedule"          # a never_sleep window is open
+GATE_QUORUM = "quorum"              # corosync would lose quorum, or keep a bare majority
+GATE_MIN_AWAKE = "min awake"        # fewer nodes than min_awake would be awake
+GATE_HEADROOM = "headroom"          # the awake nodes would pass the headroom line, or N+1
+GATE_HA = "HA"                      # the HA stack is not in a state to let the node go
+GATE_CEPH = "Ceph"                  # Ceph's pools, monitors or health do not allow it
+GATE_GUESTS = "guests stay"         # a running guest cannot leave it
+GATE_LEASE = "leader lease"         # it holds Keel's leader lease (hand it over first)
+GATE_API_NODE = "API node"          # Keel talks to PVE through it, and wakes the others from it
+GATE_WOL = "Wake-on-LAN"            # no wakeonlan MAC in its node config

@@ -103,7 +103,8 @@ def _imported_by(argv: list[str]) -> list[str]:
 def test_version_and_help_import_neither_the_runtime_nor_keels_heavy_parts():
     """--version and --help stay fast (docs/benchmarks.md), and argparse-manpage builds
     keel(1) from the parser with Python's standard library alone (debian/rules)."""
-    for argv in (["--version"], ["--help"], ["plan", "--help"], ["runners", "events", "--help"]):
+    for argv in (["--version"], ["--help"], ["plan", "--help"], ["runners", "events", "--help"],
+                 ["power", "plan", "--help"]):
         modules = _imported_by(argv)
         heavy = [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
         assert heavy == [], (argv, heavy)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from keel import schedule as sched
+from keel.balance import power_settings
+from keel.balance.power_settings import PowerSettings
 from keel.units import parse_size
 from keel.validate import Problems, Reader
 
@@ -112,6 +114,7 @@ class BalancingSettings:
     schedule: sched.Schedule | None = None
     use_ha_rules: bool = True     # Proxmox HA rules (and PVE 8 groups) are rules here too
     use_tags: bool = True         # plb_* and keel-* tags on guests
+    power: PowerSettings = PowerSettings()   # balancing.power: sleeping quiet nodes (issue 19)
 
     def reserve_for(self, node: str) -> int:
         return int(self.reserve.get(node, self.reserve.get("default", 0)))
@@ -252,6 +255,7 @@ def read(r: Reader) -> BalancingSettings:
         schedule=sched.read(r.mapping("schedule")),
         use_ha_rules=r.get("ha_rules", bool, True),
         use_tags=r.get("tags", bool, True),
+        power=power_settings.read(r.mapping("power")),
     )
     r.done()
     return settings

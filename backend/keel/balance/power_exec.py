@@ -1,0 +1,178 @@
+"""Putting one node to sleep and waking it, through PVE: ``keel power sleep NODE`` and
+``keel power wake NODE`` (docs/power.md, "Sleeping and waking").
+
+Sleep carries out a ``PowerPlan`` for one node: its migrations (the balancer's executor),
+a check that no running guest is left, HA maintenance (so that the HA manager neither fences
+nor recovers the node), Ceph's ``noout`` for a node with OSDs, the shutdown, and the wait
+until the node has left the cluster.  Wake sends the Wake-on-LAN packet from the node the
+API runs on, waits until the node is back (in the cluster, its API answering), then takes
+it out of HA maintenance and clears ``noout`` once no node Keel put to sleep with OSDs is
+still off.  What Keel did is kept in the store (``power_nodes``), so that wake undoes only
+what sleep did, and a node that did not come back is reported as such.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from keel.balance import power_gates as gates
+from keel.balance.executor import Executor
+from keel.balance.power import PowerPlan
+from keel.balance.settings import BalancingSettings
+from keel.errors import InvalidError, TaskFailedError, UnavailableError
+from keel.pve import power as pve_power
+from keel.pve import snapshot as snapshots
+from keel.pve.client import PveClient
+
+RECORDS = "power_nodes"        # store key: node -> what Keel did to it
+EVENTS = "power_events"        # store key: the last sleeps and wakes, newest last
+NOOUT = "power_noout"          # store key: Keel set Ceph's noout (and clears it when it is done)
+MAX_EVENTS = 200
+HA_SETTLE_S = 300.0            # how long the HA manager may take to let go of a node
+
+
+class PowerRun:
+    def __init__(self, client: PveClient, settings: BalancingSettings, store: Any, requested_by: str,
+                 say: Callable[[str], None] = lambda text: None, on_event: Callable[[dict], None] | None = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 poll_s: float = 1.0):
+        self.client = client
+        self.settings = settings
+        self.store = store
+        self.requested_by = requested_by
+        self.say = say
+        self.on_event = on_event
+        self.clock = clock
+        self.sleep = sleep
+        self.poll_s = poll_s
+
+    # -- the record ---------------------------------------------------------------------
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return dict(self.store.get(RECORDS, {}) or {})
+
+    def _record(self, node: str, **fields: Any) -> None:
+        records = self.records()
+        records[node] = {**records.get(node, {}), **fields}
+        self.store.put(RECORDS, records)
+
+    def _event(self, node: str, event: str, detail: str) -> None:
+        events = list(self.store.get(EVENTS, []) or [])
+        events.append({"time": self.clock(), "node": node, "event": event, "detail": detail,
+                       "by": self.requested_by})
+        self.store.put(EVENTS, events[-MAX_EVENTS:])
+        self.say(f"{node}: {detail}")
+
+    def _wait(self, what: str, done: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = self.clock() + timeout_s
+        while True:
+            if done():
+                return True
+            if self.clock() >= deadline:
+                return False
+            self.sleep(self.poll_s)
+
+    # -- sleep --------------------------------------------------------------------------
+
+    def sleep_node(self, plan: PowerPlan) -> None:
+        if len(plan.sleep) != 1:
+            raise InvalidError("a sleep carries out a plan for one node (keel power plan --node NODE)")
+        node = plan.sleep[0]
+        power = self.settings.power
+        self._record(node, state="emptying", since=self.clock(), by=self.requested_by,
+                     ha_maintenance=False, osds=False)
+        self._event(node, "emptying", f"emptying: {len(plan.moves)} guests to move")
+        if plan.evacuation is not None and plan.moves:
+            executor = Executor(self.client, self.settings, self.store, requested_by=self.requested_by,
+                                on_event=self.on_event, clock=self.clock, sleep=self.sleep, poll_s=self.poll_s)
+            execution = executor.run(plan.evacuation, kind="power")
+            failed = [r for r in execution.results if not r.ok]
+            if failed or execution.cancelled:
+                self._abort(node, f"{len(failed)} of {len(plan.moves)} migrations failed; {node} stays awake")
+        snap = snapshots.collect(self.client)
+        left = [g for g in snap.guests_on(node) if g.running]
+        if left:
+            self._abort(node, f"{', '.join(f'{g.name} ({g.vmid})' for g in left)} still running on it; "
+                              f"{node} stays awake")
+        if gates.uses_ha(snap):
+            pve_power.ha_maintenance(True, node)
+            self._record(node, ha_maintenance=True)
+            if not self._wait("HA maintenance", lambda: self._ha_let_go(node), HA_SETTLE_S):
+                self._abort(node, f"the HA manager did not put {node} in maintenance within "
+                                  f"{HA_SETTLE_S:.0f} s; {node} stays awake")
+            self._event(node, "ha-maintenance", "in HA maintenance")
+        facts = pve_power.read_facts(self.client, snap)
+        if gates.has_osds(node, facts.ceph):
+            assert facts.ceph is not None
+            self._record(node, osds=True)
+            if "noout" not in facts.ceph.flags:
+                pve_power.set_noout(self.client, True)
+                self.store.put(NOOUT, True)
+                self._event(node, "ceph-noout", "Ceph's noout set")
+        pve_power.shutdown(self.client, node)
+        self._record(node, state="shutting down")
+        if not self._wait("shutdown", lambda: not self._online(node), power.wake_timeout_s):
+            self._record(node, state="shutdown refused")
+            raise TaskFailedError(f"{node} was asked to shut down but is still in the cluster after "
+                                  f"{power.wake_timeout_s:.0f} s; it is left in HA maintenance (`keel power "
+                                  f"wake {node}` takes it out)")
+        self._record(node, state="asleep", since=self.clock())
+        self._event(node, "asleep", f"asleep (saving about {power.watts_for(node):.0f} W)")
+
+    def _abort(self, node: str, detail: str) -> None:
+        """Stop a sleep: undo what was done (HA maintenance, noout) and say why."""
+        self._undo(node)
+        self._record(node, state="awake", since=self.clock())
+        self._event(node, "sleep refused", detail)
+        raise TaskFailedError(detail)
+
+    def _ha_let_go(self, node: str) -> bool:
+        snap = snapshots.collect(self.client)
+        return snap.nodes[node].in_maintenance and not any(
+            g.ha is not None and g.ha.state != "ignored" for g in snap.guests_on(node) if g.running)
+
+    def _online(self, node: str) -> bool:
+        try:
+            return pve_power.node_online(self.client, node)
+        except UnavailableError:
+            return False
+
+    # -- wake ---------------------------------------------------------------------------
+
+    def wake_node(self, node: str) -> None:
+        power = self.settings.power
+        record = self.records().get(node, {})
+        if not self._online(node):
+            mac = pve_power.wake(self.client, node)
+            self._record(node, state="waking", since=self.clock())
+            self._event(node, "waking", f"Wake-on-LAN sent to {mac}")
+            if not self._wait("wake", lambda: self._online(node), power.wake_timeout_s):
+                self._record(node, state="did not wake", since=self.clock())
+                self._event(node, "did not wake", f"not back within {power.wake_timeout_s:.0f} s of its "
+                                                  f"Wake-on-LAN packet: check it (power, BIOS, NIC)")
+                raise TaskFailedError(f"{node} did not come back within {power.wake_timeout_s:.0f} s of its "
+                                      f"Wake-on-LAN packet; it is reported and not woken again by Keel until "
+                                      f"asked (keel power wake {node})")
+        elif record.get("state") in (None, "awake"):
+            self.say(f"{node} is awake")
+            return
+        self._undo(node)
+        self._record(node, state="awake", since=self.clock())
+        self._event(node, "awake", "awake and back in the cluster")
+
+    def _undo(self, node: str) -> None:
+        """Take the node out of HA maintenance and clear noout, where Keel set them for it
+        (noout only once no other node Keel put to sleep with OSDs is still off)."""
+        record = self.records().get(node, {})
+        if record.get("ha_maintenance"):
+            pve_power.ha_maintenance(False, node)
+            self._record(node, ha_maintenance=False)
+            self._event(node, "ha-maintenance", "out of HA maintenance")
+        if record.get("osds"):
+            self._record(node, osds=False)
+            still = [n for n, r in self.records().items() if r.get("osds")]
+            if not still and self.store.get(NOOUT, False):
+                pve_power.set_noout(self.client, False)
+                self.store.put(NOOUT, False)
+                self._event(node, "ceph-noout", "Ceph's noout cleared")
