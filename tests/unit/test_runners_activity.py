@@ -113,3 +113,8 @@ def test_a_bad_span_is_named(text):
     with pytest.raises(InvalidError) as err:
         parse_span(text)
     assert "span" in str(err.value) and repr(text) in str(err.value)
+
+
+def test_what_began_in_the_last_fraction_of_a_second_is_in_the_last_point():
+    points = activity([job(started=NOW + 0.6)], NOW + 0.9)["scale_sets"]["small"]
+    assert points[-1][0] == NOW + 1 and points[-1][2] == 1

@@ -10,6 +10,7 @@ no I/O, no clock."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 from keel.errors import InvalidError
@@ -84,7 +85,8 @@ def activity(rows: Iterable[dict[str, Any]], now: float, span_s: float = 3600.0,
     points per scale set, the last at ``now``; each point the peak over the step that ends
     there (the first: the state at the span's start)."""
     step = span_s / steps
-    now = float(int(now))                               # whole seconds, as PVE's rrddata times
+    now = float(math.ceil(now))                         # whole seconds, as PVE's rrddata times; up,
+                                                        # so that the last step holds what began just now
     start = now - span_s - step                         # the first point's step ends at now - span
     waiting: dict[str, list[tuple[float, float]]] = {}
     busy: dict[str, list[tuple[float, float]]] = {}
