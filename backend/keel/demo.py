@@ -244,7 +244,7 @@ def _serve_ui(env: "Env", server: SimServer, harness: Path, tmp: Path, port: int
 # The CLI `make demo` installed: .venv/bin/keel, or the ./keel wrapper beside the Makefile.
 CLI_HINT = "./keel"
 ACTIVATE_HINT = "  (./keel runs .venv/bin/keel; or `. .venv/bin/activate` puts `keel` on your PATH)"
-STOP_WITHIN_S = 3.0
+STOP_WITHIN_S = 2.5
 
 
 def _stop(started: list[subprocess.Popen]) -> None:
@@ -275,13 +275,23 @@ def _kill_group(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    until = time.monotonic() + 5
-    while time.monotonic() < until:
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
-            return
+    until = time.monotonic() + 2
+    while time.monotonic() < until and _group_runs(process.pid):
         time.sleep(0.05)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still runs.  A killed worker whose master is gone
+    is a zombie until init reaps it, which may take seconds: it runs no more, so it does not
+    count (os.killpg(pgid, 0) would)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue                       # gone while we looked
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 class _Said(KeyboardInterrupt):
