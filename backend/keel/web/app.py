@@ -97,6 +97,7 @@ RULES: tuple[tuple[str, str, Need], ...] = (
     ("GET", "/api/maintenance/", Need("VM.Migrate", None)),     # a node's evacuation preview
     ("POST", "/api/apply", Need("VM.Migrate", None)),
     ("POST", "/api/maintenance/", Need("VM.Migrate", None)),
+    ("POST", "/api/power/nodes/", Need("Sys.PowerMgmt", None)),  # the engine checks /nodes/<node>
     ("DELETE", "/api/jobs/", Need(None)),
     ("PUT", "/api/config", Need("Sys.Modify")),
     ("POST", "/api/config/validate", Need("Sys.Modify")),

