@@ -11,6 +11,7 @@ refuses what keel-engine would allow on some object:
 * ``VM.Migrate`` on some path to plan, apply and for maintenance (the engine checks each
   guest's ``/vms/<id>``);
 * ``Sys.Modify`` on ``/`` to change the config and the runners;
+* ``Sys.PowerMgmt`` on some path to sleep or wake a node (the engine checks ``/nodes/<node>``);
 * nothing more to cancel a job: the engine allows its owner, or ``Sys.Modify`` on ``/``.
 
 Then it is forwarded to keel-engine's Unix socket with ``X-Keel-User: <user>`` and
