@@ -112,6 +112,7 @@ def test_a_node_that_never_wakes_is_reported_and_another_is_woken(cluster, tmp_p
         cluster.control("POST", f"nodes/{first}", {"next_wake": "fail"})
         busy(cluster)
         wait_for(lambda: second not in off(cluster) and second not in in_ha_maintenance(cluster), timeout=90)
+        wait_for(lambda: state_of(client, second) == "awake")          # the engine's reading catches up
         power = client.call("GET", "/api/power")
         states = {n["node"]: n["state"] for n in power["nodes"]}
         assert states[first] == "did not wake" and states[second] == "awake"

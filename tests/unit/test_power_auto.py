@@ -83,3 +83,9 @@ def test_recommend_mode_and_a_job_under_way_act_on_nothing():
     d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), {"c": {"state": "emptying"}},
                ["a", "c"])
     assert d.action is None and "emptying" in d.reason
+
+
+def test_runner_demand_with_no_node_to_wake_puts_none_to_sleep():
+    d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), {}, ["a", "c"],
+               demand="scale set large: 1 job(s) wait")
+    assert d.action is None and "no node of Keel's asleep" in d.reason

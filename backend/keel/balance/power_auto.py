@@ -85,8 +85,11 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
                         wake_all=True)
     over = gates.headroom(current, power, "") if current else None
     rounds = hold.over_rounds + 1 if over is not None else 0
-    if demand and asleep:
-        return Decision(WAKE, tuple(asleep), f"runner demand: {demand}", Hold(last_tick=now))
+    if demand:
+        if asleep:
+            return Decision(WAKE, tuple(asleep), f"runner demand: {demand}", Hold(last_tick=now))
+        return Decision(None, (), f"runner demand, and no node of Keel's asleep to wake: {demand}",
+                        Hold(None, rounds, now))
     if over is not None and asleep:
         if rounds >= max(1, hold_rounds):
             return Decision(WAKE, tuple(asleep), f"the awake nodes passed the headroom line: {over.detail}",

@@ -95,7 +95,6 @@ class PowerLoop:
         self.book = Book(engine.store, engine.engine_settings.shared_dir, engine.lease.held)
         self.last: dict[str, Any] | None = None       # the last round: plan and decision
         self.live: set[str] = set()                   # nodes a job of this process carries
-        self.demand: Any = lambda: None               # why runners need a node (set by the engine)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -133,7 +132,7 @@ class PowerLoop:
         current = forecast(snap, settings, (), None, history, samples)
         online = [n for n, node in snap.nodes.items() if node.online]
         decision = auto.decide(power, now, auto.Hold.from_json(e.store.get(HOLD)), settings.hold, plan, current,
-                               self.records(), online, self.demand())
+                               self.records(), online, self.runner_demand())
         e.store.put(HOLD, decision.hold.to_json())
         self.last = {"time": now, "plan": plan.to_json(), "decision": decision.to_json()}
         if decision.action is not None and e.leader:
@@ -143,7 +142,9 @@ class PowerLoop:
                 if decision.action == auto.SLEEP:
                     self.sleep(decision.nodes[0], by, decision.reason, wait_s=0.0)
                 else:
-                    self.wake(decision.nodes, by, decision.reason, wake_all=decision.wake_all, wait_s=0.0)
+                    demand = decision.reason.startswith("runner demand")
+                    self.wake(decision.nodes, by, decision.reason, wake_all=decision.wake_all, wait_s=0.0,
+                              after=self._room_made if demand else None)
             except BusyError as err:
                 log.info("power: %s waits: %s", decision.action, err)
         return self.last
@@ -199,7 +200,7 @@ class PowerLoop:
         return self._start("power-sleep", by, plan, (node,), body, wait_s)
 
     def wake(self, nodes: tuple[str, ...], by: str, reason: str, wake_all: bool = False,
-             wait_s: float = EXECUTE_WAIT_S) -> Job:
+             wait_s: float = EXECUTE_WAIT_S, after: Any = None) -> Job:
         """Wake ``nodes`` in turn until one is back (each that does not come back within
         ``wake_timeout`` is reported and the next one woken), or all of them (``wake_all``)."""
         for node in nodes:
@@ -219,9 +220,46 @@ class PowerLoop:
                     continue
                 if not wake_all:
                     break
+            if woke and after is not None:
+                after()
             if failed:
                 raise TaskFailedError("; ".join(failed) + (f"; woken instead: {', '.join(woke)}" if woke else ""))
         return self._start("power-wake", by, plan, nodes, body, wait_s)
+
+    # -- runner demand ------------------------------------------------------------------------
+
+    def _local_providers(self) -> set[str]:
+        runners = getattr(self.engine.config, "runners", None)
+        return {p.name for p in getattr(runners, "providers", ()) if p.url is None and not p.disabled}
+
+    def runner_demand(self) -> str | None:
+        """Why the runners need a node woken: a scale set with jobs waiting that every one of
+        its providers refused as full, all of them on this cluster (``runners.placement``)."""
+        running = self.engine.runners
+        if running is None:
+            return None
+        local = self._local_providers()
+        settings = self.engine.config.runners
+        for ss in running[0].status().get("scale_sets", []):
+            spec = settings.scale_set(ss["name"])
+            full = [b for b in ss.get("backing_off", []) if b.get("kind") == "full"]
+            if not ss.get("waiting") or spec is None or not full:
+                continue
+            names = {p.name for p in spec.providers}
+            if names <= local and names <= {b["provider"] for b in full}:
+                return (f"scale set {ss['name']}: {ss['waiting']} job(s) wait and no awake node has room "
+                        f"({full[0].get('message') or 'full'})")
+        return None
+
+    def _room_made(self) -> None:
+        """A node woke for the runners: their "full" waits on this cluster end at once."""
+        running = self.engine.runners
+        if running is None:
+            return
+        service = running[0]
+        with service.lock:
+            for name in self._local_providers():
+                service.room_freed(name)
 
     def _known(self, node: str) -> None:
         snap = self.engine.snapshot()
