@@ -33,6 +33,7 @@ from keel.balance.power import PowerPlan, forecast, plan_sleep
 from keel.balance.power import status as power_status
 from keel.balance.power_exec import ASLEEP_S, EVENTS, FAILED_WAKES, NOOUT, RECORDS, PowerRun
 from keel.engine.jobs import Job
+from keel.engine.reading import SharedReading
 from keel.errors import BusyError, InvalidError, KeelError, NotFoundError, TaskFailedError
 from keel.files import atomic_write
 from keel.pve import power as pve_power
@@ -95,13 +96,18 @@ class PowerLoop:
         self.book = Book(engine.store, engine.engine_settings.shared_dir, engine.lease.held)
         self.last: dict[str, Any] | None = None       # the last round: plan and decision
         self.live: set[str] = set()                   # nodes a job of this process carries
+        # what the gates need, read with the cluster: one fetch shared by every panel polling
+        self.reading = SharedReading(self._read, "power")
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _inputs(self, max_age_s: float = 2.0) -> tuple[Any, Any]:
+    def _read(self) -> tuple[Any, Any]:
         e = self.engine
-        snap = e.snapshot(max_age_s=max_age_s)
+        snap = e.snapshot(max_age_s=2.0)
         return snap, pve_power.read_facts(e.client, snap)
+
+    def _inputs(self, max_age_s: float = 2.0) -> tuple[Any, Any]:
+        return self.reading.get(max_age_s)
 
     def plan(self, only: str | None = None, max_age_s: float = 2.0) -> PowerPlan:
         e = self.engine
