@@ -161,3 +161,31 @@ def test_a_leader_killed_mid_sleep_leaves_nothing_behind_once_the_next_has_recon
         assert not list((shared / "jobs").glob("*.json"))   # the moves' journal is reconciled too
     finally:
         second.stop()
+
+
+def test_a_shutdown_pve_refuses_is_undone_and_a_node_that_wakes_late_is_finished(cluster, tmp_path):
+    quiet(cluster)
+    cluster.control("POST", "faults", {"endpoints": [{"path": "/nodes/*/status", "method": "POST", "status": 500, "error_rate": 1,
+                                                      "message": "simulated: shutdown refused"}]})
+    # wake_timeout 3 s: 3 sim minutes, past a boot (2) and short of a late one (5)
+    service, client = start_engine(engine_config(tmp_path / "e1", cluster, wake_timeout="3s"))
+    try:
+        def refused():
+            return [e for e in client.call("GET", "/api/power")["events"] if e["event"] == "sleep refused"]
+        event = wait_for(refused, timeout=120)[0]
+        assert "PVE refused the shutdown" in event["detail"] and "simulated: shutdown refused" in event["detail"]
+        cluster.control("DELETE", "faults")
+        assert off(cluster) == []
+        # nothing left behind: once nodes sleep, those in HA maintenance are the sleeping ones
+        wait_for(lambda: off(cluster) and in_ha_maintenance(cluster) == off(cluster), timeout=120)
+        assert state_of(client, event["node"]) in ("awake", "emptying", "shutting down", "sleeping")
+        # now a node sleeps; it is woken, comes back too late, and its wake is finished when it is back
+        node = wait_for(lambda: sleeping(client), timeout=60)[0][1]
+        cluster.control("POST", f"nodes/{node}", {"next_wake": "late"})     # 3 min late: past wake_timeout
+        busy(cluster)
+        wait_for(lambda: state_of(client, node) == "did not wake", timeout=60)
+        wait_for(lambda: state_of(client, node) == "awake" and node not in in_ha_maintenance(cluster), timeout=120)
+        events = [e["event"] for e in client.call("GET", "/api/power")["events"] if e["node"] == node]
+        assert events[-3:] == ["did not wake", "ha-maintenance", "awake"], events
+    finally:
+        service.stop()

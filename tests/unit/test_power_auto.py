@@ -89,3 +89,10 @@ def test_runner_demand_with_no_node_to_wake_puts_none_to_sleep():
     d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), {}, ["a", "c"],
                demand="scale set large: 1 job(s) wait")
     assert d.action is None and "no node of Keel's asleep" in d.reason
+
+
+def test_a_node_that_woke_late_has_its_wake_finished():
+    records = {"c": {"state": "did not wake", "since": MONDAY}, "d": {"state": "asleep", "since": MONDAY}}
+    d = decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a", "b", "c"])
+    assert (d.action, d.nodes) == (WAKE, ("c",)) and "came back" in d.reason
+    assert decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a", "b"]).action != WAKE

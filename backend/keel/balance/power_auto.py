@@ -9,6 +9,7 @@ did to each node (``power_exec``'s records) and the hold carried from the last r
   ``headroom.cpu``/``memory``, or N+1 lost) for ``balancing.hold`` rounds in a row, as
   the balancer holds; one when runner demand does not fit anywhere (no hold: jobs wait).
   The job tries them in order: one that does not come back is reported and the next woken.
+* **Finish** the wake of a node that did not wake in time but is back now (it woke late).
 * **Sleep** the plan's first node once the plan has said ``SLEEP`` for ``power.hold``
   without a break (the time it first said so is carried in ``Hold``); one node a round,
   the next plan sees the cluster as it is then.
@@ -77,6 +78,10 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
     if power.mode != "automatic":
         return Decision(None, (), f"balancing.power.mode is {power.mode}: Keel does not sleep or wake nodes "
                                   f"itself", Hold(last_tick=now))
+    late = [n for n, r in records.items() if r.get("state") == "did not wake" and n in online]
+    if late:
+        return Decision(WAKE, (late[0],), f"{late[0]} came back after its wake was given up: its wake is "
+                                          f"finished (out of HA maintenance, noout)", Hold(last_tick=now))
     if any(r.get("state") in TRANSIENT for r in records.values()):
         busy = next(n for n, r in records.items() if r.get("state") in TRANSIENT)
         return Decision(None, (), f"{busy} is {records[busy]['state']}", Hold(hold.sleep_since, hold.over_rounds, now))

@@ -21,7 +21,7 @@ from keel.balance import power_gates as gates
 from keel.balance.executor import Executor
 from keel.balance.power import PowerPlan
 from keel.balance.settings import BalancingSettings
-from keel.errors import CancelledError, InvalidError, TaskFailedError, UnavailableError
+from keel.errors import CancelledError, FencedError, InvalidError, KeelError, TaskFailedError, UnavailableError
 from keel.pve import power as pve_power
 from keel.pve import snapshot as snapshots
 from keel.pve.client import PveClient
@@ -152,12 +152,15 @@ class PowerRun:
                 self._event(node, "ceph-noout", "Ceph's noout set")
         self._act(f"the shutdown of {node}")
         self._record(node, state="shutting down")
-        pve_power.shutdown(self.client, node)
+        try:
+            pve_power.shutdown(self.client, node)
+        except (FencedError, UnavailableError):
+            raise                              # the next leader (or the loop) finishes it
+        except KeelError as err:               # PVE refused: undone at once
+            self._abort(node, f"PVE refused the shutdown ({err}); {node} stays awake")
         if not self._wait("shutdown", lambda: not self._online(node), power.wake_timeout_s):
-            self._record(node, state="shutdown refused")
-            raise TaskFailedError(f"{node} was asked to shut down but is still in the cluster after "
-                                  f"{power.wake_timeout_s:.0f} s; it is left in HA maintenance (`keel power "
-                                  f"wake {node}` takes it out)")
+            self._abort(node, f"{node} was asked to shut down but is still in the cluster after "
+                              f"{power.wake_timeout_s:.0f} s; the sleep is undone and {node} stays awake")
         self._record(node, state="asleep", since=self.clock())
         self._event(node, "asleep", f"asleep (saving about {power.watts_for(node):.0f} W)")
 

@@ -137,6 +137,8 @@ class PowerLoop:
         plan = plan_sleep(snap, facts, settings, now, history, samples, e.node, guestconfig.Reader(e.client, e.clock))
         current = forecast(snap, settings, (), None, history, samples)
         online = [n for n, node in snap.nodes.items() if node.online]
+        if e.leader and self._finish_stuck():
+            return self.last
         decision = auto.decide(power, now, auto.Hold.from_json(e.store.get(HOLD)), settings.hold, plan, current,
                                self.records(), online, self.runner_demand())
         e.store.put(HOLD, decision.hold.to_json())
@@ -273,6 +275,22 @@ class PowerLoop:
             raise NotFoundError(f"no node {node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
 
     # -- what the last leader left ------------------------------------------------------------
+
+    def _finish_stuck(self) -> bool:
+        """A record left mid-job (``emptying``, ``shutting down``, ``waking``) that no job of
+        this process carries (its job failed on an error of PVE's, say): finished as the
+        next leader would (``reconcile``), in a job of its own."""
+        stuck = [n for n, r in self.records().items() if r.get("state") in auto.TRANSIENT and n not in self.live]
+        if not stuck:
+            return False
+        node = stuck[0]
+        try:
+            self.wake((node,), f"keel engine on {self.engine.node} (unfinished)",
+                      f"the {self.records()[node]['state']} of {node} did not finish: finished by {self.engine.node}",
+                      wait_s=0.0)
+        except BusyError:
+            pass
+        return True
 
     def reconcile(self, stop: threading.Event) -> list[str]:
         """Finish each sleep or wake no job of this process carries (see the module's doc)."""
