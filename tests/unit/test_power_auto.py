@@ -73,7 +73,7 @@ def test_wake_all_wakes_every_sleeping_node_and_runner_demand_wakes_at_once():
     d = decide(p, MONDAY + 7.5 * 3600 + 5, Hold(last_tick=MONDAY + 7.5 * 3600 - 5), 3, PLAN, load(), records, ["a"])
     assert d.action == WAKE and d.wake_all and set(d.nodes) == {"c", "d"}
     d = decide(p, MONDAY + 3600, Hold(last_tick=MONDAY + 3590), 3, PLAN, load(), records, ["a"],
-               demand="runner size large fits nowhere; 2 jobs queue")
+               demand="runner demand: scale set large: 2 job(s) wait")
     assert d.action == WAKE and not d.wake_all and d.reason.startswith("runner demand")
 
 
@@ -87,8 +87,8 @@ def test_recommend_mode_and_a_job_under_way_act_on_nothing():
 
 def test_runner_demand_with_no_node_to_wake_puts_none_to_sleep():
     d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), {}, ["a", "c"],
-               demand="scale set large: 1 job(s) wait")
-    assert d.action is None and "no node of Keel's asleep" in d.reason
+               demand="runner demand: scale set large: 1 job(s) wait")
+    assert d.action is None and "no node of Keel's is asleep" in d.reason
 
 
 def test_a_node_that_woke_late_has_its_wake_finished():
@@ -96,3 +96,23 @@ def test_a_node_that_woke_late_has_its_wake_finished():
     d = decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a", "b", "c"])
     assert (d.action, d.nodes) == (WAKE, ("c",)) and "came back" in d.reason
     assert decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a", "b"]).action != WAKE
+
+
+def test_maintenance_that_finds_no_room_asks_for_a_node():
+    from dataclasses import replace
+
+    from balance_helpers import cluster, node, vm
+    from keel.balance.balancer import make_plan
+    from keel.balance.history import History
+    from keel.balance.power_auto import maintenance_demand
+    from keel.balance.settings import BalancingSettings
+    snap = cluster([node("a", mem_gib=64), node("b", mem_gib=64)],
+                   [vm(100, "a", mem_gib=40, name="big"), vm(101, "b", mem_gib=40), vm(102, "a", mem_gib=4)])
+    settings = BalancingSettings()
+    plan = make_plan(snap, replace(settings, maintenance=frozenset({"a"})), History(), snap.taken_at)
+    why = maintenance_demand(snap, {"a"}, plan)
+    assert why and why.startswith("maintenance on a needs room") and "big (100)" in why and "102" not in why
+    assert maintenance_demand(snap, set(), plan) is None
+    d = decide(power(), MONDAY, Hold(), 3, None, load(), {"c": {"state": "asleep", "since": MONDAY}}, ["a", "b"],
+               demand=why)
+    assert d.action == WAKE and d.nodes == ("c",) and d.reason == why

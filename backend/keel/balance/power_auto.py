@@ -8,6 +8,8 @@ did to each node (``power_exec``'s records) and the hold carried from the last r
   awake nodes' load has passed the headroom line (``power_gates.headroom``: a node above
   ``headroom.cpu``/``memory``, or N+1 lost) for ``balancing.hold`` rounds in a row, as
   the balancer holds; one when runner demand does not fit anywhere (no hold: jobs wait).
+  The same when maintenance elsewhere needs room (``maintenance_demand``: a guest on a node
+  in maintenance that the balancer finds no room for).
   The job tries them in order: one that does not come back is reported and the next woken.
 * **Finish** the wake of a node that did not wake in time but is back now (it woke late).
 * **Sleep** the plan's first node once the plan has said ``SLEEP`` for ``power.hold``
@@ -71,7 +73,8 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
            demand: str | None = None) -> Decision:
     """``plan``: the consolidation plan now (``PowerPlan``), or None when none was made;
     ``current``: the awake nodes' load as it is; ``hold_rounds``: ``balancing.hold``;
-    ``demand``: why runners need a node woken (a size that fits nowhere while jobs queue)."""
+    ``demand``: why a node is needed now, no hold (runners: a size that fits nowhere while jobs
+    queue; maintenance elsewhere that needs room)."""
     online = set(online)
     asleep = asleep_by_keel(records, online)
     last = hold.last_tick if hold.last_tick is not None else now
@@ -92,8 +95,8 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
     rounds = hold.over_rounds + 1 if over is not None else 0
     if demand:
         if asleep:
-            return Decision(WAKE, tuple(asleep), f"runner demand: {demand}", Hold(last_tick=now))
-        return Decision(None, (), f"runner demand, and no node of Keel's asleep to wake: {demand}",
+            return Decision(WAKE, tuple(asleep), demand, Hold(last_tick=now))
+        return Decision(None, (), f"{demand}; no node of Keel's is asleep to wake",
                         Hold(None, rounds, now))
     if over is not None and asleep:
         if rounds >= max(1, hold_rounds):
@@ -110,3 +113,19 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
                                   f"{power.hold_s:.0f} s (hold)", Hold(since, rounds, now))
     return Decision(SLEEP, (plan.sleep[0],), f"the load stayed low for {now - since:.0f} s: {plan.reason}",
                     Hold(None, rounds, now))
+
+
+def maintenance_demand(snapshot: Any, maintenance: Iterable[str], plan: Any) -> str | None:
+    """Why maintenance needs a node woken: running guests on nodes in maintenance for which
+    ``plan`` (the balancer's, with those nodes in maintenance) found no room."""
+    nodes = {n for n in maintenance if n in snapshot.nodes and snapshot.nodes[n].online}
+    if not nodes or plan is None:
+        return None
+    on = {g.vmid: g.node for g in snapshot.guests.values() if g.running and g.node in nodes}
+    stuck = [s for s in plan.skipped if s.reason == words.NO_ROOM and s.vmid in on]
+    if not stuck:
+        return None
+    names = ", ".join(f"{s.name or s.vmid} ({s.vmid})" for s in stuck[:5]) + (
+        f" and {len(stuck) - 5} more" if len(stuck) > 5 else "")
+    where = ", ".join(sorted({on[s.vmid] for s in stuck}))
+    return f"maintenance on {where} needs room: no awake node can take {names}"

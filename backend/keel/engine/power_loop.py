@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from keel import words
 from keel.balance import guestconfig
+from keel.balance.balancer import make_plan
 from keel.balance import power_auto as auto
 from keel.balance.power import PowerPlan, forecast, plan_sleep
 from keel.balance.power import status as power_status
@@ -139,8 +140,9 @@ class PowerLoop:
         online = [n for n, node in snap.nodes.items() if node.online]
         if e.leader and self._finish_stuck():
             return self.last
+        demand = self.runner_demand() or self._maintenance_demand(snap, history, samples)
         decision = auto.decide(power, now, auto.Hold.from_json(e.store.get(HOLD)), settings.hold, plan, current,
-                               self.records(), online, self.runner_demand())
+                               self.records(), online, demand)
         e.store.put(HOLD, decision.hold.to_json())
         self.last = {"time": now, "plan": plan.to_json(), "decision": decision.to_json()}
         if decision.action is not None and e.leader:
@@ -255,9 +257,20 @@ class PowerLoop:
                 continue
             names = {p.name for p in spec.providers}
             if names <= local and names <= {b["provider"] for b in full}:
-                return (f"scale set {ss['name']}: {ss['waiting']} job(s) wait and no awake node has room "
+                return (f"runner demand: scale set {ss['name']}: {ss['waiting']} job(s) wait and no awake node has room "
                         f"({full[0].get('message') or 'full'})")
         return None
+
+    def _maintenance_demand(self, snap: Any, history: Any, samples: Any) -> str | None:
+        """Nodes in maintenance (Keel's) with running guests the balancer finds no room for."""
+        e = self.engine
+        settings = e.config.balancing
+        maintenance = set(settings.maintenance) | set(history.maintenance)
+        if not any(g.running for n in maintenance if n in snap.nodes for g in snap.guests_on(n)):
+            return None
+        plan = make_plan(snap, replace(settings, limits=replace(settings.limits, moves=0)), history, e.clock(),
+                         samples, configs=guestconfig.Reader(e.client, e.clock))
+        return auto.maintenance_demand(snap, maintenance, plan)
 
     def _room_made(self) -> None:
         """A node woke for the runners: their "full" waits on this cluster end at once."""
