@@ -189,3 +189,26 @@ def test_a_shutdown_pve_refuses_is_undone_and_a_node_that_wakes_late_is_finished
         assert events[-3:] == ["did not wake", "ha-maintenance", "awake"], events
     finally:
         service.stop()
+
+
+def test_recommend_mode_only_plans_and_the_api_sleeps_and_wakes_a_node_when_asked(cluster, tmp_path):
+    quiet(cluster)
+    service, client = start_engine(engine_config(tmp_path / "e1", cluster, mode="recommend"))
+    try:
+        plan = wait_for(lambda: client.call("GET", "/api/power/plan"), timeout=30)
+        assert plan["verdict"] == "SLEEP" and plan["sleep"]
+        wait_for(lambda: (client.call("GET", "/api/power")["last"] or {}).get("decision"), timeout=30)
+        import time
+        time.sleep(5)                                            # past the hold: recommend acts on nothing
+        assert off(cluster) == [] and "recommend" in client.call("GET", "/api/power")["last"]["decision"]["reason"]
+        node = plan["sleep"][0]
+        job = client.call("POST", f"/api/power/nodes/{node}/sleep", {})
+        assert job["kind"] == "power-sleep" and job["requested_by"] == "root"
+        wait_for(lambda: state_of(client, node) == "sleeping", timeout=90)
+        assert client.call("GET", f"/api/jobs/{job['id']}")["state"] == "done"
+        job = client.call("POST", f"/api/power/nodes/{node}/wake", {})
+        wait_for(lambda: state_of(client, node) == "awake" and node not in in_ha_maintenance(cluster), timeout=90)
+        events = client.call("GET", "/api/power")["events"]
+        assert [e["reason"] for e in events if e["node"] == node][-1] == "asked by root"
+    finally:
+        service.stop()
