@@ -46,10 +46,11 @@ def ui_stack(tmp_path_factory):
         sim.stop()
 
 
-def test_the_tab_shows_each_nodes_power_state_and_the_energy_saved(open_ui, ui_stack):
+@pytest.mark.parametrize("layout,theme", [("9", "light"), ("8", "dark")])
+def test_the_tab_shows_each_nodes_power_state_and_the_energy_saved(open_ui, ui_stack, layout, theme):
     client = ui_stack.client
     wait_for(lambda: any(n["state"] == "sleeping" for n in client.call("GET", "/api/power")["nodes"]), timeout=120)
-    page = open_ui(password="keel-power")
+    page = open_ui(layout=layout, theme=theme, password="keel-power")
     select_tab(page, "keel-rebalancing")
     page.wait_for_function(f"{POWER_PANEL} && {POWER_PANEL}.isVisible() && "
                            f"{POWER_PANEL}.nodeStore.getRange().some(r => r.get('state') === 'sleeping')")
@@ -61,4 +62,4 @@ def test_the_tab_shows_each_nodes_power_state_and_the_energy_saved(open_ui, ui_s
     assert "node-hours asleep" in text and "kWh saved" in text and "automatic" in text
     assert "load stayed low" in text                       # the sleep's reason, in the events
     page.locator(".keel-power").scroll_into_view_if_needed()
-    screenshot(page, "rebalancing-power")
+    screenshot(page, f"rebalancing-power-pve{layout}-{theme}")
