@@ -31,7 +31,7 @@ from keel.errors import InvalidError
 # three guard what runner settings make Keel's token do: clone a template into a pool,
 # on a storage.
 KEEL_PRIVILEGES = ("Sys.Audit", "Sys.Modify", "VM.Audit", "VM.Migrate", "VM.Clone", "VM.Allocate",
-                   "Datastore.AllocateSpace")
+                   "Datastore.AllocateSpace", "Sys.PowerMgmt")
 # The paths PVE always looks at for GET /access/permissions.
 TOP_PATHS = frozenset({"/", "/access", "/access/groups", "/nodes", "/pool", "/sdn", "/storage", "/vms"})
 HEADER_USER = "X-Keel-User"

@@ -75,6 +75,10 @@ class FencedError(BusyError):
     """This engine does not hold the leader lease (any more): the act was not made."""
 
 
+class CancelledError(BusyError):
+    """A job was cancelled (by someone, or because this engine stopped leading) before an act."""
+
+
 class AuthError(KeelError):
     """Authentication failed (bad or missing credentials)."""
 

@@ -2,7 +2,8 @@
  * Datacenter -> HA -> Rebalancing (PVE.keel.Rebalancing, xtype pveKeelRebalancing): the
  * nodes' load, the imbalance and threshold, the leader and its last round, the current
  * plan (a dry run) with each move's reason and the predicted after-state, Apply with its
- * progress and PVE tasks, maintenance, the history of moves, and the settings.
+ * progress and PVE tasks, maintenance, power saving (PVE.keel.Power), the history of moves,
+ * and the settings.
  * SPDX-License-Identifier: AGPL-3.0-or-later
  */
 Ext.define('PVE.keel.Rebalancing', {
@@ -165,6 +166,10 @@ Ext.define('PVE.keel.Rebalancing', {
                 ] },
             ],
         }, {
+            xtype: 'pveKeelPower',
+            itemId: 'power',
+            margin: '10 0 0 0',
+        }, {
             xtype: 'panel',
             itemId: 'charts',
             title: gettext('Load over time') + ' <span class="pmx-hint">(' + gettext('dashed: the cluster\'s ' +
@@ -284,6 +289,10 @@ Ext.define('PVE.keel.Rebalancing', {
             panel: me, url: '/api/charts/nodes', params: { timeframe: 'hour' }, interval: 60000,
             onData: me.onCharts, onError: Ext.emptyFn, scope: me,
         });
+        me.powerPoller = Ext.create('PVE.keel.Poller', {
+            panel: me, url: '/api/power', interval: 10000,
+            onData: function (data) { me.down('#power').onPower(data); }, onError: Ext.emptyFn, scope: me,
+        });
         me.jobPoller = Ext.create('PVE.keel.Poller', {
             panel: me, url: '/api/jobs/', interval: 2000,
             onData: me.onJob, onError: me.onError, scope: me,
@@ -293,6 +302,7 @@ Ext.define('PVE.keel.Rebalancing', {
             me.historyPoller.start();
             me.crsPoller.start();
             me.chartPoller.start();
+            me.powerPoller.start();
             me.loadPlan();
         });
     },
@@ -523,7 +533,8 @@ Ext.define('PVE.keel.Rebalancing', {
 
     renderJobKind: function (kind) {
         return Ext.htmlEncode({ apply: gettext('Apply'), maintenance: gettext('Maintenance'),
-            round: gettext('Balancing round') }[kind] || kind);
+            round: gettext('Balancing round'), power: gettext('Power saving'), 'power-sleep': gettext('Sleep'),
+            'power-wake': gettext('Wake') }[kind] || kind);
     },
 
     renderJobState: function (state) {
@@ -788,7 +799,8 @@ Ext.define('PVE.keel.Rebalancing', {
             return Ext.apply({ state: 'planned' }, m);
         }));
         me.down('#plan').setTitle(Ext.String.format(gettext('Plan: {0} running ({1})'),
-            job.kind === 'maintenance' ? gettext('maintenance') : gettext('apply'),
+            { maintenance: gettext('maintenance'), 'power-sleep': gettext('sleep'),
+                'power-wake': gettext('wake') }[job.kind] || gettext('apply'),
             Ext.htmlEncode(job.requested_by)));
         me.down('#leftAlone').hide();
         me.applyPlanToNodes();
@@ -829,7 +841,8 @@ Ext.define('PVE.keel.Rebalancing', {
         var progress = job.progress || { completed: 0, total: 0 };
         var panel = me.down('#jobPanel');
         panel.show();
-        var kind = job.kind === 'maintenance' ? gettext('Maintenance') : gettext('Apply');
+        var kind = { maintenance: gettext('Maintenance'), 'power-sleep': gettext('Sleep'),
+            'power-wake': gettext('Wake') }[job.kind] || gettext('Apply');
         var state = { running: ['busy', gettext('running')], cancelling: ['busy', gettext('stopping')],
             done: ['good', gettext('done')], failed: ['critical', gettext('failed')],
             cancelled: ['warning', gettext('stopped')] }[job.state] || ['warning', job.state];

@@ -29,6 +29,7 @@ USERS = {
     "audit@pve": [("/", "PVEAuditor", True)],
     "tuner@pve": [("/", "Tuner", True)],
     "nobody@pve": [],
+    "power@pve": [("/", "Watcher", True), ("/nodes/pve5", "PowerOp", True)],
 }
 # tokens of admin@pve: with privilege separation it has only its own ACL (an auditor's)
 TOKENS = {"admin@pve!priv": (True, [("/", "PVEAuditor", True)]), "admin@pve!full": (False, [])}
@@ -56,6 +57,7 @@ def stack(tmp_path_factory):
         root.access.roles.post(roleid="KeelOperator", privs="Sys.Audit,VM.Audit,VM.Migrate")
         root.access.roles.post(roleid="Watcher", privs="Sys.Audit")
         root.access.roles.post(roleid="Tuner", privs="Sys.Audit,Sys.Modify")
+        root.access.roles.post(roleid="PowerOp", privs="Sys.PowerMgmt")
         for userid, acl in USERS.items():
             root.access.users.post(userid=userid, password=PASSWORD)
             for path, role, propagate in acl:
@@ -135,3 +137,37 @@ def test_only_sys_modify_on_root_pauses_resumes_or_drains_a_scale_set(stack, cal
         assert answer.status_code == (404 if allowed else DENIED), (caller, action, answer.text)
         if not allowed and caller != "nobody@pve":
             assert "Sys.Modify" in answer.json()["message"]
+
+
+# caller -> (GET /api/power, GET /api/power/plan, wake pve5, wake pve1): waking or sleeping a
+# node needs Sys.PowerMgmt on /nodes/<node>, as PVE's own node shutdown and wakeonlan do
+POWER = {
+    "admin@pve": (200, 200, 202, 202), "admin@pve!full": (200, 200, 202, 202),
+    "power@pve": (200, 200, 202, 403),
+    "op@pve": (200, 200, 403, 403), "pool@pve": (200, 200, 403, 403), "flat@pve": (200, 200, 403, 403),
+    "audit@pve": (200, 200, 403, 403), "tuner@pve": (200, 200, 403, 403), "admin@pve!priv": (200, 200, 403, 403),
+    "nobody@pve": (403, 403, 403, 403),
+}
+
+
+@pytest.mark.parametrize("caller", list(POWER))
+def test_sys_powermgmt_on_the_node_sleeps_or_wakes_it_and_sys_audit_reads_power(stack, caller):
+    got = [call(stack, caller, "GET", "/api/power").status_code,
+           call(stack, caller, "GET", "/api/power/plan").status_code]
+    for node in ("pve5", "pve1"):
+        answer = call(stack, caller, "POST", f"/api/power/nodes/{node}/wake", {})
+        got.append(answer.status_code)
+        if answer.status_code == DENIED and caller != "nobody@pve":
+            assert "Sys.PowerMgmt" in answer.json()["message"], answer.text
+    assert tuple(got) == POWER[caller], caller
+    # a sleep asks the same, before anything else: here power saving is off, so those allowed hear so
+    answer = call(stack, caller, "POST", "/api/power/nodes/pve5/sleep", {})
+    assert answer.status_code == (400 if POWER[caller][2] == 202 else DENIED), (caller, answer.text)
+
+
+
+def test_no_power_request_reached_pve(stack):
+    """The wakes above were of awake nodes (nothing to send); every sleep was refused."""
+    sim, _, _ = stack
+    assert not [r for r in sim.requests_log() if r["method"] == "POST"
+                and (r["path"].endswith("/wakeonlan") or r["path"].endswith("/status"))]

@@ -47,7 +47,7 @@ def test_root_on_the_node_may_do_everything():
 
 
 def test_only_the_privileges_keel_checks_are_passed_on():
-    assert decode(encode({"/": {"Sys.Audit": 1, "Permissions.Modify": 1}, "/nodes": {"Sys.PowerMgmt": 1}})) == \
+    assert decode(encode({"/": {"Sys.Audit": 1, "Permissions.Modify": 1}, "/nodes": {"Sys.Console": 1}})) == \
         {"/": {"Sys.Audit": 1}}
 
 

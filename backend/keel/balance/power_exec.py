@@ -13,6 +13,7 @@ what sleep did, and a node that did not come back is reported as such.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -20,7 +21,7 @@ from keel.balance import power_gates as gates
 from keel.balance.executor import Executor
 from keel.balance.power import PowerPlan
 from keel.balance.settings import BalancingSettings
-from keel.errors import InvalidError, TaskFailedError, UnavailableError
+from keel.errors import CancelledError, FencedError, InvalidError, KeelError, TaskFailedError, UnavailableError
 from keel.pve import power as pve_power
 from keel.pve import snapshot as snapshots
 from keel.pve.client import PveClient
@@ -28,6 +29,8 @@ from keel.pve.client import PveClient
 RECORDS = "power_nodes"        # store key: node -> what Keel did to it
 EVENTS = "power_events"        # store key: the last sleeps and wakes, newest last
 NOOUT = "power_noout"          # store key: Keel set Ceph's noout (and clears it when it is done)
+ASLEEP_S = "power_asleep_s"    # store key: node -> seconds asleep, of the sleeps that have ended
+FAILED_WAKES = "power_wakes_failed"   # store key: how many wakes did not bring their node back
 MAX_EVENTS = 200
 HA_SETTLE_S = 300.0            # how long the HA manager may take to let go of a node
 
@@ -36,7 +39,20 @@ class PowerRun:
     def __init__(self, client: PveClient, settings: BalancingSettings, store: Any, requested_by: str,
                  say: Callable[[str], None] = lambda text: None, on_event: Callable[[dict], None] | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 poll_s: float = 1.0):
+                 poll_s: float = 1.0, book: Any = None, fence: Callable[[str], None] | None = None,
+                 cancel: threading.Event | None = None, journal: Any = None, abandon: threading.Event | None = None,
+                 reason: str = "", job_id: str | None = None):
+        """``book``: where the records and events are kept (``store`` by default; the engine
+        keeps them in pmxcfs too, for the next leader); ``fence``: checked before each act
+        that is not a PVE write (those the client fences); ``cancel``: stop between steps
+        (the lease was lost, someone cancelled the job); ``reason``: why, in the events."""
+        self.book = store if book is None else book
+        self.fence = fence
+        self.cancel = cancel
+        self.journal = journal
+        self.abandon = abandon
+        self.reason = reason
+        self.job_id = job_id
         self.client = client
         self.settings = settings
         self.store = store
@@ -50,25 +66,35 @@ class PowerRun:
     # -- the record ---------------------------------------------------------------------
 
     def records(self) -> dict[str, dict[str, Any]]:
-        return dict(self.store.get(RECORDS, {}) or {})
+        return dict(self.book.get(RECORDS, {}) or {})
 
     def _record(self, node: str, **fields: Any) -> None:
         records = self.records()
         records[node] = {**records.get(node, {}), **fields}
-        self.store.put(RECORDS, records)
+        self.book.put(RECORDS, records)
 
     def _event(self, node: str, event: str, detail: str) -> None:
-        events = list(self.store.get(EVENTS, []) or [])
+        events = list(self.book.get(EVENTS, []) or [])
         events.append({"time": self.clock(), "node": node, "event": event, "detail": detail,
-                       "by": self.requested_by})
-        self.store.put(EVENTS, events[-MAX_EVENTS:])
+                       "by": self.requested_by, "reason": self.reason or None, "job": self.job_id})
+        self.book.put(EVENTS, events[-MAX_EVENTS:])
         self.say(f"{node}: {detail}")
+
+    def _act(self, what: str, undoing: bool = False) -> None:
+        """Before an act: stop if cancelled (an undo goes on), and check the fence (the
+        leader lease: without it, what is left is the next leader's to finish)."""
+        if not undoing and self.cancel is not None and self.cancel.is_set():
+            raise CancelledError(f"{what} not made: the job was cancelled")
+        if self.fence is not None:
+            self.fence(what)
 
     def _wait(self, what: str, done: Callable[[], bool], timeout_s: float) -> bool:
         deadline = self.clock() + timeout_s
         while True:
             if done():
                 return True
+            if self.cancel is not None and self.cancel.is_set():
+                raise CancelledError(f"the wait for {what} was cancelled")
             if self.clock() >= deadline:
                 return False
             self.sleep(self.poll_s)
@@ -78,15 +104,27 @@ class PowerRun:
     def sleep_node(self, plan: PowerPlan) -> None:
         if len(plan.sleep) != 1:
             raise InvalidError("a sleep carries out a plan for one node (keel power plan --node NODE)")
-        node = plan.sleep[0]
+        try:
+            self._sleep(plan, plan.sleep[0])
+        except CancelledError as err:      # by someone: undone now; the lease lost: the undo is fenced
+            node = plan.sleep[0]
+            if self.records().get(node, {}).get("state") == "emptying":
+                self._undo(node)
+                self._record(node, state="awake", since=self.clock())
+                self._event(node, "sleep cancelled", f"{err}; {node} stays awake")
+            raise
+
+    def _sleep(self, plan: PowerPlan, node: str) -> None:
         power = self.settings.power
         self._record(node, state="emptying", since=self.clock(), by=self.requested_by,
-                     ha_maintenance=False, osds=False)
+                     ha_maintenance=False, osds=False, job=self.job_id)
         self._event(node, "emptying", f"emptying: {len(plan.moves)} guests to move")
         if plan.evacuation is not None and plan.moves:
             executor = Executor(self.client, self.settings, self.store, requested_by=self.requested_by,
-                                on_event=self.on_event, clock=self.clock, sleep=self.sleep, poll_s=self.poll_s)
-            execution = executor.run(plan.evacuation, kind="power")
+                                on_event=self.on_event, clock=self.clock, sleep=self.sleep, poll_s=self.poll_s,
+                                cancel=self.cancel, journal=self.journal, abandon=self.abandon,
+                                cancel_reason=lambda: "the power job was cancelled")
+            execution = executor.run(plan.evacuation, job_id=self.job_id, kind="power")
             failed = [r for r in execution.results if not r.ok]
             if failed or execution.cancelled:
                 self._abort(node, f"{len(failed)} of {len(plan.moves)} migrations failed; {node} stays awake")
@@ -96,8 +134,9 @@ class PowerRun:
             self._abort(node, f"{', '.join(f'{g.name} ({g.vmid})' for g in left)} still running on it; "
                               f"{node} stays awake")
         if gates.uses_ha(snap):
+            self._act(f"HA maintenance for {node}")
+            self._record(node, ha_maintenance=True)        # first: a crash after the command leaves it said
             pve_power.ha_maintenance(True, node)
-            self._record(node, ha_maintenance=True)
             if not self._wait("HA maintenance", lambda: self._ha_let_go(node), HA_SETTLE_S):
                 self._abort(node, f"the HA manager did not put {node} in maintenance within "
                                   f"{HA_SETTLE_S:.0f} s; {node} stays awake")
@@ -107,21 +146,27 @@ class PowerRun:
             assert facts.ceph is not None
             self._record(node, osds=True)
             if "noout" not in facts.ceph.flags:
+                self._act("Ceph's noout")
+                self.book.put(NOOUT, True)
                 pve_power.set_noout(self.client, True)
-                self.store.put(NOOUT, True)
                 self._event(node, "ceph-noout", "Ceph's noout set")
-        pve_power.shutdown(self.client, node)
+        self._act(f"the shutdown of {node}")
         self._record(node, state="shutting down")
+        try:
+            pve_power.shutdown(self.client, node)
+        except (FencedError, UnavailableError):
+            raise                              # the next leader (or the loop) finishes it
+        except KeelError as err:               # PVE refused: undone at once
+            self._abort(node, f"PVE refused the shutdown ({err}); {node} stays awake")
         if not self._wait("shutdown", lambda: not self._online(node), power.wake_timeout_s):
-            self._record(node, state="shutdown refused")
-            raise TaskFailedError(f"{node} was asked to shut down but is still in the cluster after "
-                                  f"{power.wake_timeout_s:.0f} s; it is left in HA maintenance (`keel power "
-                                  f"wake {node}` takes it out)")
+            self._abort(node, f"{node} was asked to shut down but is still in the cluster after "
+                              f"{power.wake_timeout_s:.0f} s; the sleep is undone and {node} stays awake")
         self._record(node, state="asleep", since=self.clock())
         self._event(node, "asleep", f"asleep (saving about {power.watts_for(node):.0f} W)")
 
     def _abort(self, node: str, detail: str) -> None:
-        """Stop a sleep: undo what was done (HA maintenance, noout) and say why."""
+        """Stop a sleep: undo what was done (HA maintenance, noout) and say why.  Without the
+        lease the undo is left to the next leader (the record says the sleep is unfinished)."""
         self._undo(node)
         self._record(node, state="awake", since=self.clock())
         self._event(node, "sleep refused", detail)
@@ -143,12 +188,20 @@ class PowerRun:
     def wake_node(self, node: str) -> None:
         power = self.settings.power
         record = self.records().get(node, {})
+        if record.get("state") == "shutting down" and self._online(node):   # a sleep cut short: let it end
+            self._wait("the shutdown", lambda: not self._online(node), power.wake_timeout_s)
         if not self._online(node):
+            if record.get("state") == "asleep" and record.get("since"):
+                asleep = dict(self.book.get(ASLEEP_S, {}) or {})
+                asleep[node] = float(asleep.get(node, 0.0)) + max(0.0, self.clock() - float(record["since"]))
+                self.book.put(ASLEEP_S, asleep)
+            self._act(f"the Wake-on-LAN packet for {node}")
             mac = pve_power.wake(self.client, node)
-            self._record(node, state="waking", since=self.clock())
+            self._record(node, state="waking", since=self.clock(), job=self.job_id)
             self._event(node, "waking", f"Wake-on-LAN sent to {mac}")
             if not self._wait("wake", lambda: self._online(node), power.wake_timeout_s):
                 self._record(node, state="did not wake", since=self.clock())
+                self.book.put(FAILED_WAKES, int(self.book.get(FAILED_WAKES, 0) or 0) + 1)
                 self._event(node, "did not wake", f"not back within {power.wake_timeout_s:.0f} s of its "
                                                   f"Wake-on-LAN packet: check it (power, BIOS, NIC)")
                 raise TaskFailedError(f"{node} did not come back within {power.wake_timeout_s:.0f} s of its "
@@ -166,13 +219,15 @@ class PowerRun:
         (noout only once no other node Keel put to sleep with OSDs is still off)."""
         record = self.records().get(node, {})
         if record.get("ha_maintenance"):
+            self._act(f"the end of {node}'s HA maintenance", undoing=True)
             pve_power.ha_maintenance(False, node)
             self._record(node, ha_maintenance=False)
             self._event(node, "ha-maintenance", "out of HA maintenance")
         if record.get("osds"):
             self._record(node, osds=False)
             still = [n for n, r in self.records().items() if r.get("osds")]
-            if not still and self.store.get(NOOUT, False):
+            if not still and self.book.get(NOOUT, False):
+                self._act("clearing Ceph's noout", undoing=True)
                 pve_power.set_noout(self.client, False)
-                self.store.put(NOOUT, False)
+                self.book.put(NOOUT, False)
                 self._event(node, "ceph-noout", "Ceph's noout cleared")

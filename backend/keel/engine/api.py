@@ -31,6 +31,7 @@ from werkzeug.exceptions import HTTPException
 from keel import config as cfg
 from keel.authz import Principal
 from keel.engine import charts, openapi, peer, redact, views
+from keel.engine.api_power import add_power_routes
 from keel.engine.api_runners import add_runner_routes
 from keel.engine.envelope import (MAX_BODY, body, caller, fail, number_arg, ok, require, require_somewhere,
                                   status_of as _status_of, who)
@@ -260,6 +261,7 @@ def create_app(engine: Engine) -> Flask:
                    "pve_version": snap.pve_version})
 
     add_runner_routes(app, engine)
+    add_power_routes(app, engine, visible)
 
     @app.get("/api/metrics")
     def metrics() -> Response:

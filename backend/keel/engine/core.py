@@ -35,6 +35,7 @@ from keel.balance.rounds import Rounds
 from keel.engine import outcome, runners_shared, views
 from keel.engine.jobs import Job, Jobs
 from keel.engine.leadership import Leadership
+from keel.engine.power_loop import PowerLoop
 from keel.engine.reading import SharedReading
 from keel.engine.reconcile import Reconciler
 from keel.errors import BusyError, InvalidError, KeelError, NotAllowedError, UnavailableError
@@ -70,6 +71,7 @@ class Engine:
         self.reconciler = Reconciler(lambda: self.client, self.store, self.node, es.shared_dir,
                                      leads=self.lease.held, clock=clock, poll_s=poll_s)
         self.jobs = Jobs()
+        self.power = PowerLoop(self)
         self.errors: deque[dict[str, Any]] = deque(maxlen=20)
         self.last_round: dict[str, Any] | None = None
         self.started_at = clock()
@@ -210,6 +212,8 @@ class Engine:
             try:
                 if self.reconciler.run(shared, self._stop):
                     self._wake.set()              # a round may plan again with the outcomes known
+                if shared:
+                    self.power.reconcile(self._stop)   # a sleep or wake the last leader left
             except Exception as err:              # said in status; the next start tries again
                 self._error("reconcile", f"{err}")
                 log.exception("reconciling unfinished jobs failed")
@@ -227,8 +231,20 @@ class Engine:
                 except Exception as err:          # never let the loop die
                     self._error("balancer", f"internal error: {err!r}")
                     log.exception("balancing round failed")
+                self._power_round()
                 self.store.prune(self.clock())
             self._wake.wait(self.config.balancing.interval_s)
+
+    def _power_round(self) -> None:
+        """Power saving's round, after the balancer's (``engine.power_loop``)."""
+        try:
+            self.power.tick()
+        except KeelError as err:
+            self._error("power", str(err))
+            log.error("power round failed: %s", err)
+        except Exception as err:                  # never let the loop die
+            self._error("power", f"internal error: {err!r}")
+            log.exception("power round failed")
 
     def balance_round(self) -> dict[str, Any] | None:
         settings = self.config.balancing

@@ -118,6 +118,18 @@ SPEC: dict[str, Any] = {
                 "schema": _envelope()}}}, "200": {"description": "ping or duplicate", "content": {
                     "application/json": {"schema": _envelope()}}},
                 "401": ERROR, "404": ERROR, "409": ERROR}}},
+        "/api/power": {"get": _op(
+            "Power saving: each node's power state (awake, emptying, shutting down, sleeping since, waking, did "
+            "not wake), quorum, Ceph, the energy estimate (node-hours asleep x watts), the last sleeps and wakes "
+            "with their reasons, and the power loop's last decision", errors=("503",))},
+        "/api/power/plan": {"get": _op("The consolidation plan now (a dry run): which nodes could sleep, the "
+                                       "moves, the steps, and why each other node stays awake", errors=("503",))},
+        "/api/power/nodes/{node}/{action}": {"post": _op(
+            "Sleep (empty and power off, if every gate lets it) or wake (Wake-on-LAN) a node: a job (leader "
+            "only; Sys.PowerMgmt on /nodes/{node})", "202", "Empty",
+            params=[_q("node", {"type": "string"}, where="path"),
+                    _q("action", {"type": "string", "enum": ["sleep", "wake"]}, where="path")],
+            errors=("400", "404", "409", "503"))},
         "/api/metrics": {"get": _op("Prometheus metrics", text=True, errors=())},
         "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
             "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
@@ -192,6 +204,7 @@ def metrics_text(engine: Any) -> str:
     lines += ["# HELP keel_moves Migrations Keel started, by how they ended (last 1000).",
               "# TYPE keel_moves gauge"]
     lines += [f'keel_moves{{status="{status}"}} {n}' for status, n in sorted(counts.items())]
+    lines += engine.power.metrics()
     if engine.runners is not None:
         lines.append(engine.runners[0].metrics().rstrip("\n"))
     return "\n".join(lines) + "\n"

@@ -59,7 +59,10 @@ def read_facts(client: PveClient, snapshot: Snapshot) -> PowerFacts:
     wol: dict[str, str | None] = {}
     for name, node in snapshot.nodes.items():
         if node.online:
-            wol[name] = wol_mac(client.get(f"/nodes/{name}/config").get("wakeonlan"))
+            try:
+                wol[name] = wol_mac(client.get(f"/nodes/{name}/config").get("wakeonlan"))
+            except UnavailableError as err:       # gone since the snapshot (asleep, lost): as if off
+                log.info("cannot read %s's config: %s", name, err)
     manager = client.get("/cluster/ha/status/manager_status") or {}
     lrm = {str(n): str(v.get("mode", "")) for n, v in (manager.get("lrm_status") or {}).items()
            if isinstance(v, dict)}

@@ -11,6 +11,7 @@ refuses what keel-engine would allow on some object:
 * ``VM.Migrate`` on some path to plan, apply and for maintenance (the engine checks each
   guest's ``/vms/<id>``);
 * ``Sys.Modify`` on ``/`` to change the config and the runners;
+* ``Sys.PowerMgmt`` on some path to sleep or wake a node (the engine checks ``/nodes/<node>``);
 * nothing more to cancel a job: the engine allows its owner, or ``Sys.Modify`` on ``/``.
 
 Then it is forwarded to keel-engine's Unix socket with ``X-Keel-User: <user>`` and
@@ -97,6 +98,7 @@ RULES: tuple[tuple[str, str, Need], ...] = (
     ("GET", "/api/maintenance/", Need("VM.Migrate", None)),     # a node's evacuation preview
     ("POST", "/api/apply", Need("VM.Migrate", None)),
     ("POST", "/api/maintenance/", Need("VM.Migrate", None)),
+    ("POST", "/api/power/nodes/", Need("Sys.PowerMgmt", None)),  # the engine checks /nodes/<node>
     ("DELETE", "/api/jobs/", Need(None)),
     ("PUT", "/api/config", Need("Sys.Modify")),
     ("POST", "/api/config/validate", Need("Sys.Modify")),

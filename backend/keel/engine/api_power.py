@@ -1,0 +1,47 @@
+"""Power saving's routes of the engine API (``/api/power...``, docs/power.md): each node's
+power state with the energy estimate and the last sleeps and wakes, the consolidation plan
+(a dry run), and sleeping or waking one node, which needs PVE's ``Sys.PowerMgmt`` on
+``/nodes/<node>``, as PVE asks for a node's shutdown (docs/security.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, Response
+
+from keel.engine import redact
+from keel.engine.envelope import body, ok, require
+from keel.errors import NotAllowedError
+
+
+def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
+    @app.get("/api/power")
+    def power() -> Response:
+        require("Sys.Audit")
+        return ok(engine.power.status())
+
+    @app.get("/api/power/plan")
+    def power_plan() -> Response:
+        principal = require("Sys.Audit")
+        return ok(redact.plan(engine.power.plan(max_age_s=0.0).to_json(), visible(principal)))
+
+    @app.post("/api/power/nodes/<node>/<action>")
+    def power_node(node: str, action: str) -> Response:
+        principal = require("Sys.Audit")
+        if action not in ("sleep", "wake"):
+            from keel.errors import NotFoundError
+            raise NotFoundError(f"no such action {action[:20]!r}: expected sleep or wake")
+        # the ACL paths too: an entry on /nodes/<node> (NoAccess) is not inherited over
+        considered = frozenset() if principal.is_root else engine.considered(engine.snapshot())
+        if not principal.can("Sys.PowerMgmt", f"/nodes/{node}", considered):
+            raise NotAllowedError(f"permission check failed (/nodes/{node}, Sys.PowerMgmt)")
+        r = body()
+        r.done()
+        r.problems.raise_if_any()
+        engine.require_leader()
+        reason = f"asked by {principal.who()}"
+        if action == "sleep":
+            job = engine.power.sleep(node, principal.who(), reason)
+        else:
+            job = engine.power.wake((node,), principal.who(), reason)
+        return ok(redact.job(job.to_json(), visible(principal)), 202)
