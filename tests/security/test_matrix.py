@@ -166,6 +166,17 @@ def test_sys_powermgmt_on_the_node_sleeps_or_wakes_it_and_sys_audit_reads_power(
 
 
 
+def test_power_answers_name_no_guest_the_caller_may_not_see(stack):
+    """power@pve has Sys.Audit on / and no VM.Audit: no vmid or name of a guest in its answers."""
+    sim, _, _ = stack
+    guests = sim.proxmox(user="root@pam", password=PASSWORD).cluster.resources.get(type="vm")
+    for path in ("/api/power", "/api/power/plan"):
+        answer = call(stack, "power@pve", "GET", path)
+        assert answer.status_code == ALLOWED, answer.text
+        for g in guests:
+            assert f'"{g["name"]}' not in answer.text and f"({g['vmid']})" not in answer.text, (path, g["name"])
+
+
 def test_no_power_request_reached_pve(stack):
     """The wakes above were of awake nodes (nothing to send); every sleep was refused."""
     sim, _, _ = stack

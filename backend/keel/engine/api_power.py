@@ -15,15 +15,22 @@ from keel.errors import NotAllowedError
 
 
 def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
+    def hidden(principal: Any) -> list[str]:
+        """The guests the caller may not see, never named in power's free text either."""
+        if principal.is_root:
+            return []
+        return redact.hidden_names(engine.snapshot().guests.values(), visible(principal))
+
     @app.get("/api/power")
     def power() -> Response:
-        require("Sys.Audit")
-        return ok(engine.power.status())
+        principal = require("Sys.Audit")
+        return ok(redact.scrub(engine.power.status(), hidden(principal)))
 
     @app.get("/api/power/plan")
     def power_plan() -> Response:
         principal = require("Sys.Audit")
-        return ok(redact.plan(engine.power.plan(max_age_s=0.0).to_json(), visible(principal)))
+        data = redact.plan(engine.power.plan(max_age_s=0.0).to_json(), visible(principal))
+        return ok(redact.scrub(data, hidden(principal)))
 
     @app.post("/api/power/nodes/<node>/<action>")
     def power_node(node: str, action: str) -> Response:

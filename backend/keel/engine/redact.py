@@ -61,3 +61,37 @@ def job(data: dict[str, Any], see: See) -> dict[str, Any]:
     if isinstance(data.get("events"), list):
         result["events"] = [e for e in data["events"] if see(e.get("vmid"))]
     return result
+
+
+HIDDEN_GUEST = "a guest you may not see"
+
+
+def hidden_names(guests: Any, see: See) -> list[str]:
+    """The vmids and names of the guests (``model.Guest``) the caller may not see."""
+    hidden: list[str] = []
+    for g in guests:
+        if not see(g.vmid):
+            hidden.append(str(g.vmid))
+            if g.name:
+                hidden.append(str(g.name))
+    return hidden
+
+
+def scrub(value: Any, hidden: list[str]) -> Any:
+    """``value`` (JSON) with every mention of a hidden guest in its strings replaced by
+    HIDDEN_GUEST, for answers whose free text must stay (power saving's refusals and
+    events say why a node stays awake)."""
+    if not hidden:
+        return value
+    pattern = re.compile(r"(?<![\w.-])(?:" + "|".join(re.escape(h) for h in sorted(set(hidden), key=len,
+                                                                                 reverse=True)) + r")(?![\w.-])")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return pattern.sub(HIDDEN_GUEST, v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+    return walk(value)
