@@ -434,8 +434,15 @@ Ext.define('PVE.keel.Rebalancing', {
     // balancing.window (as a plan made now sees it), capacity after the reservation.
     mergeNodes: function (nodes, maintenance, model) {
         var me = this;
+        // a node power saving put to sleep is asleep, not down (PVE.keel.Power's last answer)
+        var powerPanel = me.down('pveKeelPower');
+        var power = {};
+        ((powerPanel && powerPanel.power && powerPanel.power.nodes) || []).forEach(function (p) {
+            power[p.node] = p.state;
+        });
         var rows = nodes.map(function (n) {
-            var state = !n.online ? 'offline' : maintenance[n.node] || n.maintenance ? 'maintenance'
+            var slept = { sleeping: 'asleep', waking: 'waking', 'shutting down': 'shutting down' }[power[n.node]];
+            var state = !n.online ? slept || 'offline' : maintenance[n.node] || n.maintenance ? 'maintenance'
                 : n.ha_state && n.ha_state !== 'online' ? n.ha_state : 'online';
             var m = model && model.nodes[n.node];
             var row = {
@@ -547,7 +554,8 @@ Ext.define('PVE.keel.Rebalancing', {
 
     renderNode: function (value, meta, rec) {
         var state = rec.get('state');
-        var health = { online: 'good', maintenance: 'warning', offline: 'critical' }[state] || 'critical';
+        var health = { online: 'good', maintenance: 'warning', offline: 'critical', asleep: 'off',
+            waking: 'busy', 'shutting down': 'busy' }[state] || 'critical';
         var R = PVE.keel.Render;
         if (rec.get('cpu_now') !== null && rec.get('cpu_now') !== undefined) {
             meta.tdAttr = 'data-qtip="' + Ext.htmlEncode(Ext.htmlEncode(Ext.String.format(

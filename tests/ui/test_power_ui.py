@@ -61,5 +61,10 @@ def test_the_tab_shows_each_nodes_power_state_and_the_energy_saved(open_ui, ui_s
     assert "sleeping since" in text and "awake" in text
     assert "node-hours asleep" in text and "kWh saved" in text and "automatic" in text
     assert "load stayed low" in text                       # the sleep's reason, in the events
+    # the Nodes grid says a node Keel put to sleep is asleep, not a red "offline"
+    page.wait_for_function(f"{PANEL}.nodeStore.getById({asleep[0]!r}) && "
+                           f"{PANEL}.nodeStore.getById({asleep[0]!r}).get('state') === 'asleep'")
+    grid = page.evaluate(f"{PANEL}.down('#nodes').getId()")
+    assert f"{asleep[0]} (asleep)" in page.inner_text(f"#{grid}")
     page.locator(".keel-power").scroll_into_view_if_needed()
     screenshot(page, f"rebalancing-power-pve{layout}-{theme}")
