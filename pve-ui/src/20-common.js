@@ -321,6 +321,26 @@ Ext.define('PVE.keel.Chart', {
         }, extra.chart);
     },
 
+    // The Hour/Day switch of a chart panel: the poller asks again for the span pressed
+    // (params[param] = its value), without its ETag, and reset() makes the charts anew (a
+    // loaded chart keeps its time axis).
+    spanButtons: function (itemId, poller, param, values, reset) {
+        return {
+            xtype: 'segmentedbutton', itemId: itemId, allowMultiple: false,
+            items: [{ text: gettext('Hour'), value: values[0], pressed: true }, { text: gettext('Day'), value: values[1] }],
+            listeners: { toggle: function (button, item, pressed) {
+                if (pressed) {
+                    var p = poller();
+                    p.params = {};
+                    p.params[param] = item.value;
+                    p.etag = null;
+                    reset();
+                    p.tick();
+                }
+            } },
+        };
+    },
+
     // A line of one field; dashed for a reference line (kept out of the legend).  format(v)
     // for the tooltip's value: a percentage unless given.
     line: function (field, title, dashed, format) {

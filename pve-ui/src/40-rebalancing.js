@@ -177,18 +177,8 @@ Ext.define('PVE.keel.Rebalancing', {
             margin: '10 0 0 0',
             height: 290,
             layout: { type: 'hbox', align: 'stretch' },
-            tools: [{
-                xtype: 'segmentedbutton', itemId: 'timeframe', allowMultiple: false,
-                items: [{ text: gettext('Hour'), value: 'hour', pressed: true }, { text: gettext('Day'), value: 'day' }],
-                listeners: { toggle: function (button, item, pressed) {
-                    if (pressed) {
-                        me.chartPoller.params = { timeframe: item.value };
-                        me.chartPoller.etag = null;
-                        me.chartNodes = null;            // new charts: a loaded chart keeps its time axis
-                        me.chartPoller.tick();
-                    }
-                } },
-            }],
+            tools: [PVE.keel.Chart.spanButtons('timeframe', function () { return me.chartPoller; }, 'timeframe',
+                ['hour', 'day'], function () { me.chartNodes = null; })],
             items: [
                 { xtype: 'component', itemId: 'chartsEmpty', flex: 1, padding: 10, cls: 'pmx-hint',
                   html: gettext('Reading the nodes\' history from Proxmox VE...') },

@@ -904,18 +904,8 @@ Ext.define('PVE.keel.Runners', {
             title: gettext('Queue and busy runners over time') + ' <span class="pmx-hint">(' +
                 gettext('per scale set, the most at once in each step') + ')</span>',
             height: 260, layout: { type: 'hbox', align: 'stretch' },
-            tools: [{
-                xtype: 'segmentedbutton', itemId: 'span', allowMultiple: false,
-                items: [{ text: gettext('Hour'), value: '1h', pressed: true }, { text: gettext('Day'), value: '1d' }],
-                listeners: { toggle: function (button, item, pressed) {
-                    if (pressed) {
-                        me.activityPoller.params = { span: item.value };
-                        me.activityPoller.etag = null;
-                        me.activityNames = null;         // new charts: their time axis for the span
-                        me.activityPoller.tick();
-                    }
-                } },
-            }],
+            tools: [PVE.keel.Chart.spanButtons('span', function () { return me.activityPoller; }, 'span',
+                ['1h', '1d'], function () { me.activityNames = null; })],
             items: [{ xtype: 'component', itemId: 'activityEmpty', flex: 1, padding: 10, cls: 'pmx-hint',
                 html: gettext('Loading...') }],
         }];
