@@ -84,14 +84,17 @@ def _wake_tests(config: Any, store: Any) -> Any:
 def cmd_status(args: argparse.Namespace, env: Any) -> int:
     from keel.balance import power
     from keel.balance.power_exec import EVENTS, RECORDS
+    from keel.balance.power_gates import last_wake_test
     from keel.store import Store, default_path
     client, config, snap, facts = _read(args, env)
     data = power.status(snap, facts, config.balancing, time.time())
     store = Store(args.store or default_path(env.environ))
     records = store.get(RECORDS, {}) or {}
+    tests = _wake_tests(config, store)
     for n in data["nodes"]:
         record = records.get(n["node"]) or {}
         n["keel_state"], n["since"] = record.get("state"), record.get("since")
+        n["wake_test"] = last_wake_test(n["node"], tests)
     data["events"] = (store.get(EVENTS, []) or [])[-20:]
     if args.json:
         _dump(data, env)

@@ -35,6 +35,7 @@ from keel.balance import guestconfig
 from keel.balance.balancer import make_plan
 from keel.balance import power_auto as auto
 from keel.balance.power import PowerPlan, forecast, plan_sleep
+from keel.balance.power_gates import last_wake_test
 from keel.balance.power import status as power_status
 from keel.balance.power_exec import ASLEEP_S, EVENTS, FAILED_WAKES, MAX_EVENTS, NOOUT, RECORDS, WAKE_TESTS, PowerRun
 from keel.engine.jobs import Job
@@ -385,11 +386,13 @@ class PowerLoop:
         now = e.clock()
         data = power_status(snap, facts, settings, now)
         records = self.records()
+        tests = self.wake_tests()
         asleep_s = dict(self.book.get(ASLEEP_S, {}) or {})
         for n in data["nodes"]:
             r = records.get(n["node"]) or {}
             keel = r.get("state")
             n["keel_state"], n["since"] = keel, r.get("since")
+            n["wake_test"] = last_wake_test(n["node"], tests)
             if keel == "asleep" and n["power"] != words.AWAKE and r.get("since"):
                 asleep_s[n["node"]] = float(asleep_s.get(n["node"], 0.0)) + max(0.0, now - float(r["since"]))
             n["state"] = (keel if keel in ("emptying", "shutting down", "waking", "did not wake")
