@@ -184,8 +184,9 @@ def guests_stay(node: str, snapshot: Snapshot, plan: Plan) -> Refusal | None:
 def lease(node: str, holder: str | None) -> Refusal | None:
     if holder != node:
         return None
-    return Refusal(words.GATE_LEASE, node, "it holds Keel's leader lease: hand it over first "
-                                           "(stop keel-engine there, another node takes over)")
+    return Refusal(words.GATE_LEASE, node, "it holds Keel's leader lease: hand it over first (in automatic "
+                                           "mode the leader does so itself when its node is next to sleep; "
+                                           "else stop keel-engine there, another node takes over)")
 
 
 def api_node(node: str, facts: PowerFacts) -> Refusal | None:
