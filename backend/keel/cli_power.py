@@ -1,5 +1,5 @@
 """``keel power status`` and ``keel power plan``: power saving's view of the cluster, and the
-consolidation plan as a dry run (docs/power.md).  ``keel.cli`` declares the command; the
+consolidation plan as a dry run; ``keel power sleep|wake|test NODE`` (docs/power.md).  ``keel.cli`` declares the command; the
 balancer (numpy), the PVE client (proxmoxer) and the store are imported by the commands
 that use them, so that ``keel --help`` stays fast."""
 
@@ -33,6 +33,10 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
     sleep.add_argument("-y", "--yes", action="store_true", help="do not ask")
     wake = psub.add_parser("wake", parents=[common], help="wake NODE with Wake-on-LAN and wait until it is back")
     wake.add_argument("node", metavar="NODE")
+    test = psub.add_parser("test", parents=[common], help="test NODE's wake: put it to sleep, if every other gate "
+                                                          "lets it, and wake it at once (asks first)")
+    test.add_argument("node", metavar="NODE")
+    test.add_argument("-y", "--yes", action="store_true", help="do not ask")
     power.set_defaults(power_parser=power)
 
 
@@ -59,20 +63,38 @@ def cmd_power(args: argparse.Namespace, env: Any) -> int:
     if args.power_command is None:
         args.power_parser.print_help(env.stdout)
         return ExitStatus.USAGE
-    return {"status": cmd_status, "plan": cmd_plan, "sleep": cmd_sleep, "wake": cmd_wake}[args.power_command](args, env)
+    return {"status": cmd_status, "plan": cmd_plan, "sleep": cmd_sleep, "wake": cmd_wake,
+            "test": cmd_test}[args.power_command](args, env)
+
+
+def _tests_book(config: Any, store: Any) -> Any:
+    """Where the wake tests are kept: the store and, on a cluster node (the shared directory
+    is there), pmxcfs's power.json, which every leader reads."""
+    from pathlib import Path
+    from keel.engine.power_loop import Book
+    shared = config.engine.shared_dir
+    return Book(store, shared if Path(shared).is_dir() else None, lambda: True)
+
+
+def _wake_tests(config: Any, store: Any) -> Any:
+    from keel.balance.power_exec import WAKE_TESTS
+    return _tests_book(config, store).get(WAKE_TESTS, {}) or {}
 
 
 def cmd_status(args: argparse.Namespace, env: Any) -> int:
     from keel.balance import power
     from keel.balance.power_exec import EVENTS, RECORDS
+    from keel.balance.power_gates import last_wake_test
     from keel.store import Store, default_path
     client, config, snap, facts = _read(args, env)
     data = power.status(snap, facts, config.balancing, time.time())
     store = Store(args.store or default_path(env.environ))
     records = store.get(RECORDS, {}) or {}
+    tests = _wake_tests(config, store)
     for n in data["nodes"]:
         record = records.get(n["node"]) or {}
         n["keel_state"], n["since"] = record.get("state"), record.get("since")
+        n["wake_test"] = last_wake_test(n["node"], tests)
     data["events"] = (store.get(EVENTS, []) or [])[-20:]
     if args.json:
         _dump(data, env)
@@ -90,7 +112,8 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
     now = time.time()
     store = Store(args.store or default_path(env.environ))
     plan = plan_sleep(snap, facts, settings, now, store.history(now), store.samples(now - settings.window_s) or None,
-                      _lease_holder(config), guestconfig.Reader(client), only=args.node)
+                      _lease_holder(config), guestconfig.Reader(client), only=args.node,
+                      wake_tests=_wake_tests(config, store))
     if args.json:
         _dump(plan.to_json(), env)
     else:
@@ -98,7 +121,7 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
     return ExitStatus.OK
 
 
-def _run(client: Any, settings: Any, store: Any, env: Any, as_json: bool) -> Any:
+def _run(client: Any, settings: Any, store: Any, env: Any, as_json: bool, tests: Any = None) -> Any:
     from keel import cli_balance
     from keel.balance.power_exec import PowerRun
 
@@ -109,10 +132,20 @@ def _run(client: Any, settings: Any, store: Any, env: Any, as_json: bool) -> Any
             env.stdout.write(text + "\n")
         env.stdout.flush()
     return PowerRun(client, settings, store, f"keel power ({cli_balance._who(env)})", say=say,
-                    on_event=cli_balance._printer(env, as_json))
+                    on_event=cli_balance._printer(env, as_json), tests=tests)
 
 
 def cmd_sleep(args: argparse.Namespace, env: Any) -> int:
+    return _sleep(args, env, test=False)
+
+
+def cmd_test(args: argparse.Namespace, env: Any) -> int:
+    return _sleep(args, env, test=True)
+
+
+def _sleep(args: argparse.Namespace, env: Any, test: bool) -> int:
+    """``keel power sleep NODE``, or ``keel power test NODE``: the same sleep (the wake-test
+    gate set aside, it is what the test makes), then at once the wake."""
     from keel import cli_balance, words
     from keel.balance import guestconfig
     from keel.balance.power import plan_sleep
@@ -125,8 +158,10 @@ def cmd_sleep(args: argparse.Namespace, env: Any) -> int:
                            "automatic; keel power plan shows what it would do)")
     now = time.time()
     store = Store(args.store or default_path(env.environ))
+    tests = _tests_book(config, store)
     plan = plan_sleep(snap, facts, settings, now, store.history(now), store.samples(now - settings.window_s) or None,
-                      _lease_holder(config), guestconfig.Reader(client), only=args.node)
+                      _lease_holder(config), guestconfig.Reader(client), only=args.node,
+                      wake_tests=_wake_tests(config, store), wake_test=not test)
     if not args.json:
         env.stdout.write(render_plan(plan))
     if plan.verdict != words.SLEEP:
@@ -135,10 +170,16 @@ def cmd_sleep(args: argparse.Namespace, env: Any) -> int:
         env.stderr.write(f"keel: {args.node} stays awake: "
                          + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals) + "\n")
         return ExitStatus.BUSY
-    if not cli_balance._confirm(f"Empty {args.node} and power it off?", args, env):
+    question = f"Empty {args.node}, power it off and wake it at once (a wake test)?" if test \
+        else f"Empty {args.node} and power it off?"
+    if not cli_balance._confirm(question, args, env):
         env.stdout.write("Nothing done.\n")
         return ExitStatus.OK
-    _run(client, settings, store, env, args.json).sleep_node(plan)
+    run = _run(client, settings, store, env, args.json, tests)
+    if test:
+        run.test_node(plan)
+    else:
+        run.sleep_node(plan)
     return ExitStatus.OK
 
 
@@ -152,7 +193,7 @@ def cmd_wake(args: argparse.Namespace, env: Any) -> int:
     if args.node not in snap.nodes:
         raise NotFoundError(f"no node {args.node!r} in cluster {snap.cluster_name} (nodes: {', '.join(snap.nodes)})")
     store = Store(args.store or default_path(env.environ))
-    _run(client, config.balancing, store, env, args.json).wake_node(args.node)
+    _run(client, config.balancing, store, env, args.json, _tests_book(config, store)).wake_node(args.node)
     return ExitStatus.OK
 
 

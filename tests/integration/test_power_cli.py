@@ -37,7 +37,8 @@ def cluster(power_sim):
 
 def keel(sim, tmp_path: Path, *argv: str, power: dict | None = None, config: dict | None = None,
          balancing: dict | None = None):
-    data = {"balancing": {"power": {"mode": "recommend", "nodes": COMPUTE, **(power or {})}, **(balancing or {})}}
+    power = {"wake_test_max_age": "off", **(power or {})}       # the wake test: test_power_test.py
+    data = {"balancing": {"power": {"mode": "recommend", "nodes": COMPUTE, **power}, **(balancing or {})}}
     data.update(config or {})
     path = tmp_path / "keel.yaml"
     path.write_text(yaml.safe_dump(data))

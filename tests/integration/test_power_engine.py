@@ -36,7 +36,7 @@ def cluster(tmp_path, monkeypatch):
 
 def engine_config(tmp, sim, name="pve1", shared=None, lock=None, **power):
     settings = {"mode": "automatic", "nodes": SLEEPERS, "hold": "2s", "wake_timeout": "15s",
-                "headroom": {"cpu": "40%"}}
+                "headroom": {"cpu": "40%"}, "wake_test_max_age": "off"}     # the wake test: test_power_test.py
     settings.update(power)
     return write_config(tmp, sim, node=name, shared=shared, lock=lock, api_token=TOKEN,
                         balancing={"interval": "1s", "hold": 2, "window": "3s", "guests": ["vm", "ct"], "power": settings})

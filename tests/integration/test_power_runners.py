@@ -37,6 +37,7 @@ def test_a_runner_that_fits_nowhere_wakes_a_sleeping_node_and_its_job_starts_in_
     config = write_config(tmp_path / "node", sim, api_token=TOKEN, balancing={"interval": "1s", "window": "3s"})
     data = yaml.safe_load(config.read_text())
     data["balancing"]["power"] = {"mode": "automatic", "nodes": ["pve3"], "hold": "2s", "allow_bare_majority": True,
+                                  "wake_test_max_age": "off",
                                   "headroom": {"spare_nodes": 0}, "wake_timeout": "90s"}
     data["runners"] = {
         "github": {"url": f"{sim.url}/my-org", "app_client_id": CLIENT_ID, "app_installation_id": INSTALLATION,

@@ -57,7 +57,8 @@ def ha_manager(cluster, tmp_path, monkeypatch):
 
 
 def keel(sim, tmp_path: Path, *argv: str, **power):
-    settings = {"mode": "recommend", "nodes": ["pve4", "pve5", "pve6", "pve7", "pve8"], "wake_timeout": "20s"}
+    settings = {"mode": "recommend", "nodes": ["pve4", "pve5", "pve6", "pve7", "pve8"], "wake_timeout": "20s",
+                "wake_test_max_age": "off"}                  # the wake test: test_power_test.py
     settings.update(power)
     path = tmp_path / "keel.yaml"
     path.write_text(yaml.safe_dump({"balancing": {"guests": ["vm", "ct"], "power": settings}}))

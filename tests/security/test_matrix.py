@@ -160,9 +160,13 @@ def test_sys_powermgmt_on_the_node_sleeps_or_wakes_it_and_sys_audit_reads_power(
         if answer.status_code == DENIED and caller != "nobody@pve":
             assert "Sys.PowerMgmt" in answer.json()["message"], answer.text
     assert tuple(got) == POWER[caller], caller
-    # a sleep asks the same, before anything else: here power saving is off, so those allowed hear so
-    answer = call(stack, caller, "POST", "/api/power/nodes/pve5/sleep", {})
-    assert answer.status_code == (400 if POWER[caller][2] == 202 else DENIED), (caller, answer.text)
+    # a sleep, and a wake test (a sleep and a wake), ask the same, before anything else: here
+    # power saving is off, so those allowed hear so
+    for action in ("sleep", "test"):
+        answer = call(stack, caller, "POST", f"/api/power/nodes/pve5/{action}", {})
+        assert answer.status_code == (400 if POWER[caller][2] == 202 else DENIED), (caller, action, answer.text)
+        if answer.status_code == DENIED and caller != "nobody@pve":
+            assert "Sys.PowerMgmt" in answer.json()["message"], answer.text
 
 
 

@@ -38,7 +38,7 @@ def ui_stack(tmp_path_factory):
         config = write_config(tmp / "node", sim, api_token=TOKEN, balancing={
             "interval": "2s", "window": "3s", "guests": ["vm", "ct"],
             "power": {"mode": "automatic", "nodes": ["pve5", "pve6", "pve7", "pve8"], "hold": "2s",
-                      "wake_timeout": "20s", "watts_per_node": {"default": 150, "pve5": 90}}})
+                      "wake_test_max_age": "off", "wake_timeout": "20s", "watts_per_node": {"default": 150, "pve5": 90}}})
         with services(config, ("--harness", str(WWW))) as (client, url, _, _):
             yield UiStack(sim, url, client, config)
     finally:

@@ -86,6 +86,25 @@ def test_release_lets_another_take_it_at_once(tmp_path):
     assert b.tick()
 
 
+def test_a_hand_over_stops_acting_first_and_does_not_contend_for_a_while(tmp_path):
+    clock = Clock()
+    a = lease(tmp_path / "lock", "a", clock)
+    b = lease(tmp_path / "lock", "b", clock)
+    assert a.tick()
+    fence = Fence(a, 15.0)
+    a.release(hold_off_s=120.0, reason="handed over: so that a may sleep")
+    assert not a.held() and a.lost_reason == "handed over: so that a may sleep"
+    with pytest.raises(FencedError, match="handed over"):
+        fence.check("a migration")
+    assert not a.tick()                       # free, but a holds off: b takes it
+    assert b.tick() and b.holder() == "b"
+    clock.t += 60
+    b.release()                               # b gives it back within a's hold-off: a still waits
+    assert not a.tick() and not (tmp_path / "lock").exists()
+    clock.t += 61                             # past the hold-off: a contends again
+    assert a.tick() and a.holder() == "a"
+
+
 def test_a_lock_directory_that_cannot_be_made_makes_a_follower(tmp_path):
     (tmp_path / "pve").write_text("not a directory: as /etc/pve without quorum refuses writes")
     one = Lease(tmp_path / "pve" / "lock", node="a")

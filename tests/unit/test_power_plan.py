@@ -18,6 +18,7 @@ from keel.model import CephFacts, CephPool, PowerFacts
 
 def settings(**power):
     power.setdefault("mode", "recommend")
+    power.setdefault("wake_test_max_age", "off")     # the wake-test gate has tests of its own below
     return BalancingSettings(power=parse_power(power))
 
 
@@ -143,6 +144,37 @@ def test_the_lease_holder_does_not_sleep():
     plan = plan_sleep(snap, facts(snap), settings(nodes=["c"]), lease_holder="c")
     assert [r.gate for r in plan.refusals] == [words.GATE_LEASE]
     assert "hand it over first" in plan.refusals[0].detail
+
+
+DAY = 86400.0
+
+
+def test_a_node_without_a_recent_wake_test_stays_awake_and_is_told_how_to_test_it():
+    snap = six()
+    now = snap.taken_at
+    tested = settings(nodes=["c"], wake_test_max_age="30d")
+    never = plan_sleep(snap, facts(snap), tested, now)
+    assert never.verdict == words.ALL_AWAKE and [r.gate for r in never.refusals] == [words.GATE_WOL]
+    assert "never" in never.refusals[0].detail and "keel power test c" in never.refusals[0].detail
+    old = plan_sleep(snap, facts(snap), tested, now, wake_tests={"c": {"time": now - 31 * DAY}})
+    assert [r.gate for r in old.refusals] == [words.GATE_WOL]
+    assert "31 days ago" in old.refusals[0].detail and "30d" in old.refusals[0].detail
+    recent = plan_sleep(snap, facts(snap), tested, now, wake_tests={"c": {"time": now - 29 * DAY}})
+    assert recent.sleep == ("c",)
+    # the test itself: a sleep with every other gate, this one set aside
+    assert plan_sleep(snap, facts(snap), tested, now, wake_test=False).sleep == ("c",)
+    assert plan_sleep(snap, facts(snap, wol_missing=("c",)), tested, now, wake_test=False).refusals[0].gate \
+        == words.GATE_WOL
+
+
+def test_the_wake_test_gate_alone():
+    assert gates.wake_test("c", {"c": {"time": 1000.0}}, 3600.0, 2000.0) is None
+    assert gates.wake_test("c", {}, None, 2000.0) is None                      # the gate is off
+    refusal = gates.wake_test("c", {"c": {"time": 0.0}}, 3600.0, 7200.0)
+    assert refusal.gate == words.GATE_WOL and refusal.node == "c"
+    assert "2 hours ago" in refusal.detail and "1h" in refusal.detail and "keel power test c" in refusal.detail
+    assert "never" in gates.wake_test("c", {"d": {"time": 7000.0}}, 3600.0, 7200.0).detail
+    assert "never" in gates.wake_test("c", {"c": "garbage"}, 3600.0, 7200.0).detail
 
 
 def test_maintenance_offline_and_ignored_nodes_are_not_candidates():

@@ -82,6 +82,9 @@ def test_the_section_is_in_the_config_file(tmp_path):
     ({"watts_per_node": -3}, "balancing.power.watts_per_node", "at least 0"),
     ({"watts_per_node": {"pve1": "lots"}}, "balancing.power.watts_per_node.pve1", "a number"),
     ({"wake_timeout": "0s"}, "balancing.power.wake_timeout", "above 0"),
+    ({"wake_test_max_age": "monthly"}, "balancing.power.wake_test_max_age", "off"),
+    ({"wake_test_max_age": True}, "balancing.power.wake_test_max_age", "off"),
+    ({"wake_test_max_age": -1}, "balancing.power.wake_test_max_age", "negative"),
     ({"sleep_at_night": True}, "balancing.power.sleep_at_night", "unknown key"),
     # what root runs is never the config's to choose (docs/security.md)
     ({"ha_maintenance_command": ["sh", "-c", "id"]}, "balancing.power.ha_maintenance_command", "unknown key"),
@@ -94,6 +97,16 @@ def test_every_bad_key_is_named(section, path, words):
         problems.raise_if_any()
     assert path in caught.value.errors, caught.value.errors
     assert words in caught.value.errors[path]
+
+
+def test_the_wake_test_max_age_defaults_to_30_days_and_0_or_off_turns_it_off():
+    assert PowerSettings().wake_test_max_age_s == 30 * 86400
+    assert parse({}).wake_test_max_age_s == 30 * 86400
+    assert parse({"wake_test_max_age": "7d"}).wake_test_max_age_s == 7 * 86400
+    assert parse({"wake_test_max_age": "12h"}).wake_test_max_age_s == 12 * 3600
+    for off in ("off", "OFF", 0, "0", "0s", False):      # PyYAML reads a bare `off` as false
+        assert parse({"wake_test_max_age": off}).wake_test_max_age_s is None, off
+    assert parse(yaml.safe_load("wake_test_max_age: off\n")).wake_test_max_age_s is None
 
 
 def test_never_sleep_windows_are_read_in_their_time_zone():

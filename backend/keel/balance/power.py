@@ -19,7 +19,7 @@ besides it, the settings and the time in; a ``PowerPlan`` out.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from keel import words
 from keel.balance import guestconfig, loads
@@ -122,9 +122,13 @@ def forecast(snapshot: Snapshot, settings: BalancingSettings, asleep: Iterable[s
 def plan_sleep(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSettings,
                now: float | None = None, history: History | None = None, samples: Samples | None = None,
                lease_holder: str | None = None, configs: guestconfig.Source | None = None,
-               only: str | None = None) -> PowerPlan:
+               only: str | None = None, wake_tests: Mapping[str, Any] | None = None,
+               wake_test: bool = True) -> PowerPlan:
     """The nodes that can sleep now and how.  ``only``: consider that node alone (``keel
-    power sleep NODE``), which must be one of ``power.nodes`` all the same."""
+    power sleep NODE``), which must be one of ``power.nodes`` all the same.  ``lease_holder``
+    None sets the lease gate aside; ``wake_tests``: each node's last successful wake by Keel
+    (``power_exec.WAKE_TESTS``); ``wake_test`` False sets that gate aside (``keel power test``,
+    the sleep that makes the test)."""
     power = settings.power
     history = history or History()
     now = snapshot.taken_at if now is None else now
@@ -166,6 +170,8 @@ def plan_sleep(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSetting
     candidates = []
     for name in listed:
         refusal = _node_gate(name, snapshot, facts, settings, history, lease_holder, awake)
+        if refusal is None and wake_test:
+            refusal = gates.wake_test(name, wake_tests, power.wake_test_max_age_s, now)
         if refusal is not None:
             if refusal not in refusals:
                 refusals.append(refusal)

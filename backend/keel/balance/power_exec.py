@@ -31,6 +31,7 @@ EVENTS = "power_events"        # store key: the last sleeps and wakes, newest la
 NOOUT = "power_noout"          # store key: Keel set Ceph's noout (and clears it when it is done)
 ASLEEP_S = "power_asleep_s"    # store key: node -> seconds asleep, of the sleeps that have ended
 FAILED_WAKES = "power_wakes_failed"   # store key: how many wakes did not bring their node back
+WAKE_TESTS = "power_wake_tests"       # store key: node -> the last wake by Keel that came back ({time, by})
 MAX_EVENTS = 200
 HA_SETTLE_S = 300.0            # how long the HA manager may take to let go of a node
 
@@ -41,12 +42,14 @@ class PowerRun:
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  poll_s: float = 1.0, book: Any = None, fence: Callable[[str], None] | None = None,
                  cancel: threading.Event | None = None, journal: Any = None, abandon: threading.Event | None = None,
-                 reason: str = "", job_id: str | None = None):
+                 reason: str = "", job_id: str | None = None, tests: Any = None):
         """``book``: where the records and events are kept (``store`` by default; the engine
-        keeps them in pmxcfs too, for the next leader); ``fence``: checked before each act
+        keeps them in pmxcfs too, for the next leader); ``tests``: where the wake tests are
+        kept (``book`` by default: the CLI keeps them in pmxcfs for every leader); ``fence``: checked before each act
         that is not a PVE write (those the client fences); ``cancel``: stop between steps
         (the lease was lost, someone cancelled the job); ``reason``: why, in the events."""
         self.book = store if book is None else book
+        self.tests = self.book if tests is None else tests
         self.fence = fence
         self.cancel = cancel
         self.journal = journal
@@ -207,12 +210,34 @@ class PowerRun:
                 raise TaskFailedError(f"{node} did not come back within {power.wake_timeout_s:.0f} s of its "
                                       f"Wake-on-LAN packet; it is reported and not woken again by Keel until "
                                       f"asked (keel power wake {node})")
+            self._wake_tested(node)
         elif record.get("state") in (None, "awake"):
             self.say(f"{node} is awake")
             return
         self._undo(node)
         self._record(node, state="awake", since=self.clock())
         self._event(node, "awake", "awake and back in the cluster")
+
+    def _wake_tested(self, node: str) -> None:
+        """A wake by Keel that came back is a successful wake test (the Wake-on-LAN gate)."""
+        tests = dict(self.tests.get(WAKE_TESTS, {}) or {})
+        tests[node] = {"time": self.clock(), "by": self.requested_by}
+        self.tests.put(WAKE_TESTS, tests)
+
+    # -- the wake test ------------------------------------------------------------------
+
+    def test_node(self, plan: PowerPlan) -> None:
+        """``keel power test NODE``: the sleep of ``plan`` (made with every gate but the wake
+        test's), then at once the node's wake; a wake that comes back is recorded as the wake
+        test, one that does not is ``did not wake``, reported (``TaskFailedError``)."""
+        self.sleep_node(plan)
+        node = plan.sleep[0]
+        try:
+            self.wake_node(node)
+        except TaskFailedError as err:
+            self._event(node, "wake test failed", f"wake test failed: {err}")
+            raise
+        self._event(node, "wake test", "wake test passed: it slept and came back on its Wake-on-LAN packet")
 
     def _undo(self, node: str) -> None:
         """Take the node out of HA maintenance and clear noout, where Keel set them for it

@@ -184,8 +184,9 @@ def guests_stay(node: str, snapshot: Snapshot, plan: Plan) -> Refusal | None:
 def lease(node: str, holder: str | None) -> Refusal | None:
     if holder != node:
         return None
-    return Refusal(words.GATE_LEASE, node, "it holds Keel's leader lease: hand it over first "
-                                           "(stop keel-engine there, another node takes over)")
+    return Refusal(words.GATE_LEASE, node, "it holds Keel's leader lease: hand it over first (in automatic "
+                                           "mode the leader does so itself when its node is next to sleep; "
+                                           "else stop keel-engine there, another node takes over)")
 
 
 def api_node(node: str, facts: PowerFacts) -> Refusal | None:
@@ -200,6 +201,43 @@ def wake_on_lan(node: str, facts: PowerFacts) -> Refusal | None:
         return None
     return Refusal(words.GATE_WOL, node, "no Wake-on-LAN MAC in its node config: "
                                          f"pvenode config set --wakeonlan MAC (on {node})")
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size:.0f} {unit}s ago"
+    return f"{max(0.0, seconds):.0f} seconds ago"
+
+
+def _span(seconds: float) -> str:
+    """A duration as the config writes it: 30d, 12h, 90m, 45s."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def last_wake_test(node: str, tests: Mapping[str, Any] | None) -> float | None:
+    """When ``node`` last came back from a wake by Keel (``power_exec``'s WAKE_TESTS), if ever."""
+    entry = (tests or {}).get(node)
+    when = entry.get("time") if isinstance(entry, Mapping) else None
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
+def wake_test(node: str, tests: Mapping[str, Any] | None, max_age_s: float | None, now: float) -> Refusal | None:
+    """A MAC in the node config says nothing about the BIOS, the NIC or the switch: the node
+    must have come back from a wake by Keel within ``wake_test_max_age``."""
+    if max_age_s is None:
+        return None
+    when = last_wake_test(node, tests)
+    if when is not None and now - when <= max_age_s:
+        return None
+    import time
+    last = "never" if when is None else (
+        f"the last was {_ago(now - when)} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(when))})")
+    return Refusal(words.GATE_WOL, node, f"no successful wake test within wake_test_max_age ({_span(max_age_s)}): "
+                                         f"{last}; test it with keel power test {node} (a sleep and a wake)")
 
 
 def headroom(forecasts: list[Forecast], power: PowerSettings, node: str) -> Refusal | None:

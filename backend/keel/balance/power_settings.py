@@ -12,6 +12,7 @@
         timezone: Europe/Berlin
         watts_per_node: 150
         wake_timeout: 10m
+        wake_test_max_age: 30d      # or off
 
 Every field is plain data (strings, numbers, tuples), so that the settings in force stay
 JSON as keel-engine shows them.  Windows are read by ``keel.schedule`` and checked with its
@@ -39,6 +40,7 @@ DEFAULT_MEMORY_LINE = 0.80     # ... and memory: room for a guest that grows bef
 DEFAULT_HOLD_S = 1800.0        # the load stays low for 30 minutes before a node sleeps
 DEFAULT_WATTS = 150.0          # what a typical 1U server draws idle, for the savings estimate
 DEFAULT_WAKE_TIMEOUT_S = 600.0  # a node not back in 10 minutes is reported, and another is woken
+DEFAULT_WAKE_TEST_MAX_AGE_S = 30 * 86400.0   # a month: firmware, NIC and switch settings drift
 # PVE's API has no call for HA maintenance: Keel runs pve-ha-manager's own command on its node.
 
 _WINDOW_RE = re.compile(r"^\s*(?:(?P<days>[a-z,\-]+)\s+)?(?P<start>\d{1,2}:\d\d)\s*-\s*(?P<end>\d{1,2}:\d\d)\s*$")
@@ -74,6 +76,8 @@ class PowerSettings:
     timezone: str = "UTC"
     watts: Mapping[str, float] = field(default_factory=lambda: {"default": DEFAULT_WATTS})
     wake_timeout_s: float = DEFAULT_WAKE_TIMEOUT_S
+    # a node sleeps only with a successful wake by Keel this recent (None: the gate is off)
+    wake_test_max_age_s: float | None = DEFAULT_WAKE_TEST_MAX_AGE_S
 
     def watts_for(self, node: str) -> float:
         return float(self.watts.get(node, self.watts.get("default", DEFAULT_WATTS)))
@@ -179,6 +183,23 @@ def _watts(r: Reader) -> dict[str, float]:
     return {"default": r.number("watts_per_node", DEFAULT_WATTS, 0)}
 
 
+def _max_age(r: Reader, key: str, default: float) -> float | None:
+    """A duration, or ``off`` (a bare ``off`` in YAML reads as false) or ``0``: None, no limit."""
+    from keel.errors import InvalidError
+    from keel.units import parse_duration
+    raw = r.raw(key, None)
+    if raw is None:
+        return default
+    if raw is False or (isinstance(raw, str) and raw.strip().lower() == "off"):
+        return None
+    try:
+        value = parse_duration(raw, r.sub(key))
+    except InvalidError as err:
+        r.problems.add(r.sub(key), f"expected a duration such as 30d, or off (0): {err}")
+        return default
+    return value or None
+
+
 def read(r: Reader) -> PowerSettings:
     d = PowerSettings()
     raw_mode = r.raw("mode", None)
@@ -214,6 +235,7 @@ def read(r: Reader) -> PowerSettings:
         never_sleep=_windows(r, "never_sleep", moment=False),
         wake_all=_windows(r, "wake_all", moment=True),
         timezone=timezone, watts=_watts(r), wake_timeout_s=wake_timeout,
+        wake_test_max_age_s=_max_age(r, "wake_test_max_age", d.wake_test_max_age_s or 0.0),
     )
     r.done()
     return settings

@@ -1,6 +1,6 @@
 """Power saving's routes of the engine API (``/api/power...``, docs/power.md): each node's
 power state with the energy estimate and the last sleeps and wakes, the consolidation plan
-(a dry run), and sleeping or waking one node, which needs PVE's ``Sys.PowerMgmt`` on
+(a dry run), and sleeping, waking or testing the wake of one node, which needs PVE's ``Sys.PowerMgmt`` on
 ``/nodes/<node>``, as PVE asks for a node's shutdown (docs/security.md)."""
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
     @app.post("/api/power/nodes/<node>/<action>")
     def power_node(node: str, action: str) -> Response:
         principal = require("Sys.Audit")
-        if action not in ("sleep", "wake"):
+        if action not in ("sleep", "wake", "test"):
             from keel.errors import NotFoundError
-            raise NotFoundError(f"no such action {action[:20]!r}: expected sleep or wake")
+            raise NotFoundError(f"no such action {action[:20]!r}: expected sleep, wake or test")
         # the ACL paths too: an entry on /nodes/<node> (NoAccess) is not inherited over
         considered = frozenset() if principal.is_root else engine.considered(engine.snapshot())
         if not principal.can("Sys.PowerMgmt", f"/nodes/{node}", considered):
@@ -47,8 +47,8 @@ def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
         r.problems.raise_if_any()
         engine.require_leader()
         reason = f"asked by {principal.who()}"
-        if action == "sleep":
-            job = engine.power.sleep(node, principal.who(), reason)
+        if action in ("sleep", "test"):
+            job = engine.power.sleep(node, principal.who(), reason, test=action == "test")
         else:
             job = engine.power.wake((node,), principal.who(), reason)
         return ok(redact.job(job.to_json(), visible(principal)), 202)

@@ -123,6 +123,14 @@ class Engine:
     def require_leader(self) -> None:
         self.leadership.require()
 
+    def hand_over(self, reason: str) -> None:
+        """Give up the lease so that another node's engine leads (power saving's hand-over,
+        docs/power.md): the runners stop first, while no job runs (the caller holds the
+        execution lock); no new take for the lease's expiry."""
+        with self._runners_lock:                  # the lease loop starts none meanwhile
+            self._stop_runners_locked()
+            self.leadership.hand_over(reason, self.engine_settings.lock_expiry_s)
+
     # -- config -------------------------------------------------------------------------------
 
     def _stamp(self) -> str:
@@ -297,16 +305,19 @@ class Engine:
 
     def _stop_runners(self) -> None:
         with self._runners_lock:
-            if self.runners is None:
-                return
-            service, stop, thread = self.runners
-            stop.set()
-            thread.join(timeout=90)
-            if thread.is_alive():             # its files stay open rather than closed under it
-                log.warning("the runners did not stop within 90 s; their thread is left to end")
-            else:
-                service.close()
-            self.runners = None
+            self._stop_runners_locked()
+
+    def _stop_runners_locked(self) -> None:
+        if self.runners is None:
+            return
+        service, stop, thread = self.runners
+        stop.set()
+        thread.join(timeout=90)
+        if thread.is_alive():                 # its files stay open rather than closed under it
+            log.warning("the runners did not stop within 90 s; their thread is left to end")
+        else:
+            service.close()
+        self.runners = None
 
     def restart_runners(self) -> None:
         """Soon, in a thread of its own (the lease loop must keep renewing): the runners stop

@@ -25,7 +25,7 @@ KEEP_JOBS = 20
 @dataclass
 class Job:
     id: str
-    kind: str                          # apply | maintenance | power-sleep | power-wake
+    kind: str                          # apply | maintenance | power-sleep | power-wake | power-test
     requested_by: str
     plan: Plan
     started_at: float

@@ -102,3 +102,11 @@ class Leadership:
 
     def release(self) -> None:
         self.lease.release()
+
+    def hand_over(self, reason: str, hold_off_s: float) -> None:
+        """Give the lease to another node's engine: stop acting first (the lease is dropped,
+        so every fenced act is refused from here), remove the lock, then the loss as any
+        other (the job cancelled, the runners stopped); this engine does not contend again
+        for ``hold_off_s``, so that another takes it."""
+        self.lease.release(hold_off_s, reason=f"handed over: {reason}")
+        self.lost(f"handed over: {reason}")

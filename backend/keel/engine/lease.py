@@ -72,6 +72,7 @@ class Lease:
         self.lost_reason: str | None = None      # why we last stopped holding it
         self.term = 0                            # how many times this engine has taken it
         self._stamps: tuple[float, float] | None = None   # (wall, monotonic) at the last tick
+        self.not_before: float | None = None     # monotonic: no take before then (after a hand-over)
         self._lock = threading.Lock()
 
     @property
@@ -115,6 +116,8 @@ class Lease:
                         self._drop("renewal refused: another node holds it")
                     if self.since is None:
                         return False       # a loss is seen for a tick; taking it again waits for the next
+                if self.not_before is not None and started < self.not_before:
+                    return False          # handed over: another node's engine takes it meanwhile
                 if self.since is None and self._take():
                     self.since = started
                     self.term += 1
@@ -149,12 +152,16 @@ class Lease:
         step = (wall - previous[0]) - (mono - previous[1])
         return step if abs(step) > CLOCK_STEP_S else None
 
-    def release(self) -> None:
+    def release(self, hold_off_s: float = 0.0, reason: str = "released") -> None:
+        """Give it up: stop acting first (the fence refuses from now on), then remove the
+        lock; ``hold_off_s``: do not take it again for that long (a hand-over)."""
         with self._lock:
             if self.since is None:
                 return
             self.since = None
-            self.lost_reason = "released"
+            self.lost_reason = reason
+            if hold_off_s > 0:
+                self.not_before = self.monotonic() + hold_off_s
             try:
                 if not self.pmxcfs:
                     if not self._ours():

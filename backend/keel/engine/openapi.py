@@ -125,10 +125,11 @@ SPEC: dict[str, Any] = {
         "/api/power/plan": {"get": _op("The consolidation plan now (a dry run): which nodes could sleep, the "
                                        "moves, the steps, and why each other node stays awake", errors=("503",))},
         "/api/power/nodes/{node}/{action}": {"post": _op(
-            "Sleep (empty and power off, if every gate lets it) or wake (Wake-on-LAN) a node: a job (leader "
-            "only; Sys.PowerMgmt on /nodes/{node})", "202", "Empty",
+            "Sleep (empty and power off, if every gate lets it), wake (Wake-on-LAN) or test (a sleep, then at once "
+            "the wake, recorded as the node's wake test) a node: a job (leader only; Sys.PowerMgmt on "
+            "/nodes/{node})", "202", "Empty",
             params=[_q("node", {"type": "string"}, where="path"),
-                    _q("action", {"type": "string", "enum": ["sleep", "wake"]}, where="path")],
+                    _q("action", {"type": "string", "enum": ["sleep", "wake", "test"]}, where="path")],
             errors=("400", "404", "409", "503"))},
         "/api/metrics": {"get": _op("Prometheus metrics", text=True, errors=())},
         "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {

@@ -7,9 +7,13 @@ what the next leader finishes.
   job (``engine.jobs``, as apply and maintenance: one execution at a time, cancelled when
   the lease is lost, every PVE write fenced by the client and every other act by
   ``PowerRun``'s fence check).
-* **The book**: what Keel did to each node (``power_exec``'s records and events) is kept in
-  this node's store and, while this engine leads, in ``<shared_dir>/power.json`` (pmxcfs),
-  so that whichever node leads next knows a sleep or wake it did not finish.
+* **The book**: what Keel did to each node (``power_exec``'s records and events), the wake
+  tests and the hold are kept in this node's store and, while this engine leads, in
+  ``<shared_dir>/power.json`` (pmxcfs), so that whichever node leads next knows a sleep or
+  wake it did not finish, and does not count the hold from zero.
+* **The hand-over**: in ``automatic`` mode the plan sets the lease gate aside; when the node
+  to sleep is the leader's own, the leader gives its lease up (``Engine.hand_over``) and the
+  next leader's round sleeps that node as any other.
 * **Reconcile**: on taking the lease, after the moves of unfinished jobs are followed to
   their end (``engine.reconcile``), each node whose record says a job was under way
   (``emptying``, ``shutting down``, ``waking``) and which no job of this process carries is
@@ -31,8 +35,9 @@ from keel.balance import guestconfig
 from keel.balance.balancer import make_plan
 from keel.balance import power_auto as auto
 from keel.balance.power import PowerPlan, forecast, plan_sleep
+from keel.balance.power_gates import last_wake_test
 from keel.balance.power import status as power_status
-from keel.balance.power_exec import ASLEEP_S, EVENTS, FAILED_WAKES, NOOUT, RECORDS, PowerRun
+from keel.balance.power_exec import ASLEEP_S, EVENTS, FAILED_WAKES, MAX_EVENTS, NOOUT, RECORDS, WAKE_TESTS, PowerRun
 from keel.engine.jobs import Job
 from keel.engine.reading import SharedReading
 from keel.errors import BusyError, InvalidError, KeelError, NotFoundError, TaskFailedError
@@ -40,8 +45,10 @@ from keel.files import atomic_write
 from keel.pve import power as pve_power
 
 log = logging.getLogger("keel.engine")
-HOLD = "power_hold"               # store key: the hold carried between rounds (power_auto.Hold)
-BOOK_KEYS = (RECORDS, EVENTS, NOOUT, ASLEEP_S, FAILED_WAKES)
+HOLD = "power_hold"               # book key: the hold carried between rounds (power_auto.Hold)
+HANDED_OVER = "power_handed_over"  # book key: the last lease hand-over, {node, time}
+BOOK_KEYS = (RECORDS, EVENTS, NOOUT, ASLEEP_S, FAILED_WAKES, WAKE_TESTS, HOLD, HANDED_OVER)
+HANDED_OVER_EXPIRIES = 10         # a hand-over no engine took is not tried again for this many lease expiries
 EXECUTE_WAIT_S = 20.0
 
 
@@ -110,17 +117,21 @@ class PowerLoop:
     def _inputs(self, max_age_s: float = 2.0) -> tuple[Any, Any]:
         return self.reading.get(max_age_s)
 
-    def plan(self, only: str | None = None, max_age_s: float = 2.0) -> PowerPlan:
+    def plan(self, only: str | None = None, max_age_s: float = 2.0, wake_test: bool = True) -> PowerPlan:
         e = self.engine
         settings = e.config.balancing
         snap, facts = self._inputs(max_age_s)
         now = e.clock()
         return plan_sleep(snap, facts, settings, now, e.store.history(now),
                           e.store.samples(now - settings.window_s) or None, e.leader_node(),
-                          guestconfig.Reader(e.client, e.clock), only=only)
+                          guestconfig.Reader(e.client, e.clock), only=only, wake_tests=self.wake_tests(),
+                          wake_test=wake_test)
 
     def records(self) -> dict[str, dict[str, Any]]:
         return dict(self.book.get(RECORDS, {}) or {})
+
+    def wake_tests(self) -> dict[str, Any]:
+        return dict(self.book.get(WAKE_TESTS, {}) or {})
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -135,21 +146,29 @@ class PowerLoop:
         snap, facts = self._inputs()
         history = e.store.history(now)
         samples = e.store.samples(now - settings.window_s) or None
-        plan = plan_sleep(snap, facts, settings, now, history, samples, e.node, guestconfig.Reader(e.client, e.clock))
+        # automatic: the lease gate is set aside, the leader hands its lease over to sleep its own node
+        holder = None if power.mode == "automatic" else e.node
+        plan = plan_sleep(snap, facts, settings, now, history, samples, holder, guestconfig.Reader(e.client, e.clock),
+                          wake_tests=self.wake_tests())
         current = forecast(snap, settings, (), None, history, samples)
         online = [n for n, node in snap.nodes.items() if node.online]
         if e.leader and self._finish_stuck():
             return self.last
         demand = self.runner_demand() or self._maintenance_demand(snap, history, samples)
-        decision = auto.decide(power, now, auto.Hold.from_json(e.store.get(HOLD)), settings.hold, plan, current,
-                               self.records(), online, demand)
-        e.store.put(HOLD, decision.hold.to_json())
+        hold = auto.Hold.from_json(self.book.get(HOLD))
+        decision = auto.decide(power, now, hold, settings.hold, plan, current, self.records(), online, demand)
+        handing = decision.action == auto.SLEEP and decision.nodes[0] == e.node
+        # a hand-over keeps the hold: the next leader sleeps the node without counting it again
+        self.book.put(HOLD, (replace(decision.hold, sleep_since=hold.sleep_since) if handing
+                             else decision.hold).to_json())
         self.last = {"time": now, "plan": plan.to_json(), "decision": decision.to_json()}
         if decision.action is not None and e.leader:
             log.info("power: %s %s: %s", decision.action, ", ".join(decision.nodes), decision.reason)
             by = "keel engine (balancing.power.mode automatic)"
             try:
-                if decision.action == auto.SLEEP:
+                if handing:
+                    self.hand_over(e.node, decision.reason)
+                elif decision.action == auto.SLEEP:
                     self.sleep(decision.nodes[0], by, decision.reason, wait_s=0.0)
                 else:
                     demand = decision.reason.startswith("runner demand")
@@ -195,19 +214,50 @@ class PowerLoop:
             e._wake.set()
         return e.jobs.start(kind, by, plan, run, end)  # type: ignore[arg-type]
 
-    def sleep(self, node: str, by: str, reason: str, wait_s: float = EXECUTE_WAIT_S) -> Job:
-        """Empty ``node`` and power it off, if every gate lets it (a job)."""
+    def sleep(self, node: str, by: str, reason: str, wait_s: float = EXECUTE_WAIT_S, test: bool = False) -> Job:
+        """Empty ``node`` and power it off, if every gate lets it (a job); ``test``: the wake
+        test, the same sleep (its own gate set aside) and at once the wake."""
         e = self.engine
         if e.config.balancing.power.mode == "off":
             raise InvalidError("balancing.power.mode is off: Keel powers no node off")
         self._known(node)
-        plan = self.plan(only=node, max_age_s=0.0)
+        plan = self.plan(only=node, max_age_s=0.0, wake_test=not test)
         if plan.verdict != words.SLEEP:
             raise BusyError(f"{node} stays awake: " + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals))
 
         def body(job: Job) -> None:
-            self._run(job, reason).sleep_node(plan)
-        return self._start("power-sleep", by, plan, (node,), body, wait_s)
+            run = self._run(job, reason)
+            if test:
+                run.test_node(plan)
+            else:
+                run.sleep_node(plan)
+        return self._start("power-test" if test else "power-sleep", by, plan, (node,), body, wait_s)
+
+    def hand_over(self, node: str, reason: str) -> None:
+        """The plan would sleep the leader's own node: give the lease up, so that another
+        node's engine leads and sleeps it (the hold is in the book).  Not again while no
+        other engine took the last one (this engine leads again soon after)."""
+        e = self.engine
+        now = e.clock()
+        last = self.book.get(HANDED_OVER) or {}
+        quiet_s = max(e.config.balancing.power.hold_s, HANDED_OVER_EXPIRIES * e.engine_settings.lock_expiry_s)
+        if isinstance(last, dict) and last.get("node") == node and now - float(last.get("time") or 0) < quiet_s:
+            log.info("power: %s stays awake: its lease was handed over %.0f s ago and no other engine took it",
+                     node, now - float(last.get("time") or 0))
+            return
+        if not e._execute.acquire(blocking=False):
+            raise BusyError("a plan is being carried out; the lease is handed over after it")
+        try:
+            detail = f"the leader lease is handed over so that {node} may sleep (another node's engine leads)"
+            self.book.put(HANDED_OVER, {"node": node, "time": now})
+            events = list(self.book.get(EVENTS, []) or [])
+            events.append({"time": now, "node": node, "event": "lease handed over", "detail": detail,
+                           "by": f"keel engine on {e.node}", "reason": reason, "job": None})
+            self.book.put(EVENTS, events[-MAX_EVENTS:])
+            log.warning("power: %s: %s", detail, reason)
+            e.hand_over(f"so that {node} may sleep")
+        finally:
+            e._execute.release()
 
     def wake(self, nodes: tuple[str, ...], by: str, reason: str, wake_all: bool = False,
              wait_s: float = EXECUTE_WAIT_S, after: Any = None) -> Job:
@@ -336,11 +386,13 @@ class PowerLoop:
         now = e.clock()
         data = power_status(snap, facts, settings, now)
         records = self.records()
+        tests = self.wake_tests()
         asleep_s = dict(self.book.get(ASLEEP_S, {}) or {})
         for n in data["nodes"]:
             r = records.get(n["node"]) or {}
             keel = r.get("state")
             n["keel_state"], n["since"] = keel, r.get("since")
+            n["wake_test"] = last_wake_test(n["node"], tests)
             if keel == "asleep" and n["power"] != words.AWAKE and r.get("since"):
                 asleep_s[n["node"]] = float(asleep_s.get(n["node"], 0.0)) + max(0.0, now - float(r["since"]))
             n["state"] = (keel if keel in ("emptying", "shutting down", "waking", "did not wake")
