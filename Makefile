@@ -73,6 +73,7 @@ bench: $(STAMP) $(EXTJS) ui
 	$(PY) tests/bench/runners.py || status=1; \
 	$(PY) tests/bench/runners_load.py || status=1; \
 	$(PY) tests/bench/ui_cost.py || status=1; \
+	$(PY) tests/bench/power_week.py || status=1; \
 	exit $$status
 
 # The leadership chaos test, longer than make test's 20 trials: KEEL_CHAOS_TRIALS (200) trials

@@ -278,3 +278,21 @@ def test_without_quorum_the_nodes_with_an_armed_ha_watchdog_reset_themselves():
     c.set_node_online("n4", True)                    # quorum is back: the CRM starts it again
     advance(c, 30)
     assert c.guests[100].status == "running"
+
+
+def test_the_state_keeps_every_quorum_loss_and_every_node_marked_for_fencing():
+    from keel.sim.control import _state
+    c = cluster({"nodes": [{"name": f"n{i}"} for i in range(1, 5)],
+                 "guests": [{"vmid": 100, "node": "n2", "ha": "started"}]})
+    advance(c, 20)
+    assert _state(c)["quorum_losses"] == [] and _state(c)["fencing"] == []
+    c.power.cut("n2")                                 # lost with an HA service: fenced after 60 s
+    advance(c, 200)
+    assert [f["node"] for f in _state(c)["fencing"]] == ["n2"]
+    assert _state(c)["quorum_losses"] == []
+    c.power.cut("n3")                                 # 2 of 4 votes
+    lost_at = c.t
+    assert _state(c)["quorum_losses"] == [lost_at]
+    c.power.cut("n4")                                 # still lost: not a new loss
+    assert _state(c)["quorum_losses"] == [lost_at]
+    assert [f["node"] for f in _state(c)["fencing"]] == ["n2"]

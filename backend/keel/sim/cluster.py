@@ -92,6 +92,7 @@ class Cluster:
         self.version = scenario.pve_version
         self.repoid = "a1b2c3d4e5f60718"
         self.forced_quorum_loss = False
+        self.quorum_losses: list[float] = []     # when quorum went, for /_sim/state
         self.access = Access(scenario.users, scenario.roles, scenario.acl, self.www_key)
         self.nodes: dict[str, SimNode] = {}
         for index, spec in enumerate(scenario.nodes):
@@ -350,7 +351,10 @@ class Cluster:
         """The node drops out of the cluster: a shutdown that ends (``clean``, its HA agent
         lock released) or a loss (power cut, network)."""
         node = self.nodes[name]
+        was_quorate = self.quorate
         node.online = False
+        if was_quorate and not self.quorate:
+            self.quorum_losses.append(self.t)
         self.invalidate_usage()
         for task in list(self.tasks.values()):
             if task.running and (task.node == name or task.info.get("target") == name):

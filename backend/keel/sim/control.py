@@ -115,6 +115,8 @@ def _handle(cluster: Cluster, method: str, parts: list[str], body: dict[str, Any
         cluster.ceph.fail_osd(int(parts[2]), bool(body.get("up", False)))
         return cluster.ceph.state()
     if method == "POST" and head == "quorum":
+        if cluster.quorate and not body.get("quorate", True):
+            cluster.quorum_losses.append(cluster.t)
         cluster.forced_quorum_loss = not bool(body.get("quorate", True))
         return {"quorate": cluster.quorate}
     if head == "guests" and len(parts) >= 2:
@@ -153,5 +155,7 @@ def _state(cluster: Cluster) -> dict[str, Any]:
         "power": cluster.power.state(),
         "quorum": dict(zip(("votes", "expected"), cluster.votes()),
                        quorum=cluster.votes()[1] // 2 + 1),
+        "quorum_losses": list(cluster.quorum_losses),
+        "fencing": list(cluster.ha.fenced),
         **({"ceph": cluster.ceph.state()} if cluster.ceph is not None else {}),
     }

@@ -53,6 +53,7 @@ class HaManager(Placement, StatusViews):
         self.lock_free_at: dict[str, float] = {}
         self.quorum_lost_at: float | None = None
         self.self_fenced: set[str] = set()      # reset by their watchdog since quorum went
+        self.fenced: list[dict[str, Any]] = []  # each node the CRM marked for fencing: time, node
         self.armed: set[str] = set()
         self.round_scheduled = False
         self.master = next((n for n, node in cluster.nodes.items() if node.online), "")
@@ -369,6 +370,9 @@ class HaManager(Placement, StatusViews):
             status["state"] = "fence"
             fencing.add(node)
         for node in sorted(fencing):
+            if self.node_status.get(node) != "fence":
+                self.fenced.append({"time": t, "node": node})
+                del self.fenced[:-1000]
             self.node_status[node] = "fence"
             if t < self.lock_free_at.get(node, t):
                 continue               # the agent lock has not expired yet: wait
