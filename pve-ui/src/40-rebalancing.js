@@ -763,6 +763,7 @@ Ext.define('PVE.keel.Rebalancing', {
             !me.plan || !me.plan.moves.length);
         me.down('#planButton').setDisabled(!me.canMigrate || running);
         me.down('#cancelButton').setHidden(!running);
+        me.down('#power').updateButtons();
     },
 
     confirmApply: function () {
@@ -792,6 +793,7 @@ Ext.define('PVE.keel.Rebalancing', {
         var me = this;
         me.jobId = job.id;
         me.jobEvents = 0;
+        me.jobSaid = null;
         me.plan = null;
         me.planStore.loadData(job.plan.moves.map(function (m) {
             return Ext.apply({ state: 'planned' }, m);
@@ -835,6 +837,15 @@ Ext.define('PVE.keel.Rebalancing', {
                 me.jobEta = { s: event.eta_s, at: event.time || Date.now() / 1000 };
             }
         });
+        // a sleep's or wake's own steps (HA maintenance, the shutdown, the wait...): the last one said
+        (job.events || []).forEach(function (event) {
+            if (event.event === 'power' && event.detail) {
+                me.jobSaid = event.detail;
+            }
+        });
+        if ((job.events || []).length && /^power-/.test(job.kind)) {
+            me.powerPoller.tick();              // the node's power state follows the job
+        }
         me.jobEvents = job.next;
         var progress = job.progress || { completed: 0, total: 0 };
         var panel = me.down('#jobPanel');
@@ -844,9 +855,13 @@ Ext.define('PVE.keel.Rebalancing', {
         var state = { running: ['busy', gettext('running')], cancelling: ['busy', gettext('stopping')],
             done: ['good', gettext('done')], failed: ['critical', gettext('failed')],
             cancelled: ['warning', gettext('stopped')] }[job.state] || ['warning', job.state];
-        me.down('#jobText').update(R.health(state[0], kind + ': ' + state[1]) + ' &middot; ' +
-            Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok, progress.total) +
-            (job.error ? '<br>' + Ext.htmlEncode(job.error) : '') +
+        // a wake moves no guest: its text is its own steps alone
+        var migrations = progress.total || job.kind !== 'power-wake'
+            ? Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok, progress.total) : '';
+        me.down('#jobText').update(R.health(state[0], kind + ': ' + state[1]) +
+            (migrations ? ' &middot; ' + migrations : '') +
+            (me.jobSaid ? '<br>' + Ext.htmlEncode(me.jobSaid) : '') +
+            (job.error ? '<br>' + R.health('critical', job.error) : '') +
             ' <span class="pmx-hint">(' + Ext.htmlEncode(job.requested_by) + ')</span>');
         var left = me.jobEta ? Math.max(0, me.jobEta.s - (Date.now() / 1000 - me.jobEta.at)) : null;
         var bar = me.down('#jobProgress');
@@ -857,8 +872,8 @@ Ext.define('PVE.keel.Rebalancing', {
         if (job.state !== 'running' && job.state !== 'cancelling') {
             var outcome = job.outcome;
             me.down('#plan').setTitle(gettext('Plan') + ': ' + R.health(state[0], kind + ': ' + state[1]) +
-                ' &middot; ' + Ext.String.format(gettext('{0} of {1} migrations done'), progress.ok,
-                progress.total) + (outcome && outcome.promised && outcome.achieved ? ' &middot; ' +
+                (migrations ? ' &middot; ' + migrations : '') +
+                (job.error ? ' &middot; ' + Ext.htmlEncode(job.error) : '') + (outcome && outcome.promised && outcome.achieved ? ' &middot; ' +
                 Ext.String.format(gettext('imbalance promised {0}, reached {1}'),
                     Number(outcome.promised.imbalance).toFixed(2), Number(outcome.achieved.imbalance).toFixed(2)) +
                 ((outcome.achieved.why || []).length ? ': ' + Ext.htmlEncode(outcome.achieved.why.join('; ')) : '')
@@ -866,6 +881,7 @@ Ext.define('PVE.keel.Rebalancing', {
             me.lastOutcome = outcome && outcome.achieved ? outcome : null;
             me.jobEta = null;
             me.jobPoller.stop();
+            me.powerPoller.tick();
             me.historyPoller.interval = 30000;
             me.jobId = null;
             me.updateButtons();

@@ -4,6 +4,9 @@
  * energy estimate (node-hours asleep x watts) and the last sleeps and wakes with their
  * reasons, from GET /api/power (the Rebalancing panel polls it every 10 s and calls
  * onPower).  Hidden while power saving is off and Keel has put no node to sleep.
+ * Sleep and Wake act on the node selected (Sys.PowerMgmt, from GuiCap's nodes, as PVE's
+ * own node shutdown): Sleep after a confirmation that shows the node's plan (GET
+ * /api/power/plan?node=), each a job the Rebalancing panel follows as it follows Apply.
  * SPDX-License-Identifier: AGPL-3.0-or-later
  */
 Ext.define('PVE.keel.Power', {
@@ -17,6 +20,25 @@ Ext.define('PVE.keel.Power', {
     initComponent: function () {
         var me = this;
         var R = PVE.keel.Render;
+        var caps = Ext.state.Manager.get('GuiCap') || {};
+        // as PVE's node Shutdown and Wake-on-LAN: Sys.PowerMgmt on some node (keel-engine checks
+        // /nodes/<node> itself and answers 403 for a node the user may not power)
+        me.canPower = !!(caps.nodes && caps.nodes['Sys.PowerMgmt']);
+        me.tbar = [{
+            text: gettext('Sleep'),
+            itemId: 'sleepButton',
+            iconCls: 'fa fa-power-off',
+            disabled: true,
+            handler: function () { me.confirmSleep(); },
+        }, {
+            text: gettext('Wake'),
+            itemId: 'wakeButton',
+            iconCls: 'fa fa-sun-o',
+            disabled: true,
+            handler: function () { me.wake(); },
+        }, {
+            xtype: 'component', itemId: 'buttonHint', cls: 'pmx-hint', margin: '0 0 0 8',
+        }];
         me.nodeStore = R.store(['node', 'state', 'since', 'asleep_hours', 'may_sleep', 'watts'], 'node');
         me.eventStore = R.store(['key', 'time', 'node', 'event', 'detail', 'reason', 'by'], 'key',
             { sorters: [{ property: 'time', direction: 'DESC' }] });
@@ -26,8 +48,8 @@ Ext.define('PVE.keel.Power', {
             store: me.nodeStore,
             flex: 1,
             minWidth: 600,
-            disableSelection: true,
             viewConfig: { emptyText: gettext('No data yet'), deferEmptyText: false, markDirty: false },
+            listeners: { selectionchange: function () { me.updateButtons(); } },
             columns: [
                 { text: gettext('Node'), dataIndex: 'node', width: 120, renderer: R.node },
                 { text: gettext('Power'), dataIndex: 'state', flex: 1, minWidth: 230,
@@ -57,6 +79,108 @@ Ext.define('PVE.keel.Power', {
             ],
         }];
         me.callParent();
+    },
+
+    selected: function () {
+        var sel = this.down('#powerNodes').getSelection();
+        return sel && sel.length ? sel[0] : null;
+    },
+
+    // Sleep for an awake node that may sleep, Wake for one asleep or that did not wake; both
+    // off without Sys.PowerMgmt, with power saving off (Sleep), and while a job runs.  The
+    // hint beside them says why a button is off.
+    updateButtons: function () {
+        var me = this;
+        var rec = me.selected();
+        var panel = me.up('pveKeelRebalancing');
+        var running = !!(panel && panel.jobId);
+        var mode = me.power ? me.power.mode : 'off';
+        var state = rec ? rec.get('state') : null;
+        var canSleep = me.canPower && !running && state === 'awake' && rec.get('may_sleep') && mode !== 'off';
+        var canWake = me.canPower && !running && (state === 'sleeping' || state === 'did not wake');
+        me.down('#sleepButton').setDisabled(!canSleep);
+        me.down('#wakeButton').setDisabled(!canWake);
+        var why = '';
+        if (!me.canPower) {
+            why = gettext('Sleeping and waking a node need Sys.PowerMgmt on it');
+        } else if (running) {
+            why = gettext('A job is running');
+        } else if (!rec) {
+            why = gettext('Select a node to sleep or wake it');
+        } else if (state === 'awake' && mode === 'off') {
+            why = gettext('Power saving is off (Settings, Power saving)');
+        } else if (state === 'awake' && !rec.get('may_sleep')) {
+            why = Ext.String.format(gettext('{0} is not one of the nodes that may sleep (Settings, Power saving)'),
+                rec.get('node'));
+        }
+        me.down('#buttonHint').update(Ext.htmlEncode(why));
+        ['#sleepButton', '#wakeButton'].forEach(function (id) {
+            var button = me.down(id);
+            button.setTooltip(button.disabled && why ? why : null);
+        });
+    },
+
+    // The node's own plan first (a dry run), then a confirmation that says what will happen.
+    confirmSleep: function () {
+        var me = this, rec = me.selected();
+        if (!rec) {
+            return;
+        }
+        var node = rec.get('node');
+        PVE.keel.Api.request({
+            url: '/api/power/plan', params: { node: node }, waitMsgTarget: me,
+            success: function (plan) {
+                if (me.destroyed) {
+                    return;
+                }
+                if (plan.verdict !== 'SLEEP' || (plan.sleep || []).indexOf(node) < 0) {
+                    me.refused(node, plan);
+                    return;
+                }
+                Ext.create('PVE.keel.PowerSleepConfirm', { node: node, plan: plan,
+                    go: function () { me.act(node, 'sleep'); } }).show();
+            },
+            failure: function (error) { PVE.keel.Api.alert(error); },
+        });
+    },
+
+    // The plan says the node stays awake: why, each gate named, as keel power plan says it.
+    refused: function (node, plan) {
+        var reasons = (plan.refusals || []).filter(function (r) { return !r.node || r.node === node; })
+            .map(function (r) { return '<li><b>' + Ext.htmlEncode(r.gate) + '</b>: ' + Ext.htmlEncode(r.detail) + '</li>'; });
+        Ext.Msg.show({
+            title: gettext('Sleep'),
+            icon: Ext.Msg.ERROR,
+            buttons: Ext.Msg.OK,
+            message: Ext.String.format(gettext('{0} stays awake: {1}'), Ext.htmlEncode(node),
+                Ext.htmlEncode(plan.reason || plan.verdict)) + (reasons.length ? '<ul>' + reasons.join('') + '</ul>' : ''),
+        });
+    },
+
+    wake: function () {
+        var me = this, rec = me.selected();
+        if (rec) {
+            me.act(rec.get('node'), 'wake');
+        }
+    },
+
+    // POST /api/power/nodes/<node>/<action>: a job (202) the Rebalancing panel follows; a
+    // refusal (409 with the gates' reasons, 400 with power saving off, 403) said as it is.
+    act: function (node, action) {
+        var me = this, panel = me.up('pveKeelRebalancing');
+        PVE.keel.Api.request({
+            url: '/api/power/nodes/' + encodeURIComponent(node) + '/' + action, method: 'POST', jsonData: {},
+            waitMsgTarget: me,
+            success: function (job) {
+                if (panel && !panel.destroyed) {
+                    panel.followJob(job);
+                    panel.powerPoller.tick();
+                }
+            },
+            failure: function (error) {
+                PVE.keel.Api.alert(error, action === 'sleep' ? gettext('Sleep') : gettext('Wake'));
+            },
+        });
     },
 
     // "19:24" today, "2026-03-02 19:24" another day
@@ -104,6 +228,7 @@ Ext.define('PVE.keel.Power', {
             return { node: n.node, state: n.state, since: n.since, asleep_hours: n.asleep_hours,
                      may_sleep: n.may_sleep };
         }), 'node');
+        me.updateButtons();
         R.mergeStore(me.eventStore, (data.events || []).map(function (e) {
             return Ext.apply({ key: e.time + '/' + e.node + '/' + e.event }, e);
         }), 'key');
@@ -116,5 +241,67 @@ Ext.define('PVE.keel.Power', {
                 Number(energy.kwh_saved || 0).toFixed(1)) +
             (energy.wakes_failed ? '; ' + Ext.String.format(gettext('{0} wakes failed'), energy.wakes_failed) : '') +
             '</span>');
+    },
+});
+
+/*
+ * The confirmation of a sleep: what will happen to the node (its guests migrated off, HA
+ * maintenance, Ceph's noout, the shutdown), step by step from its own plan, before anything
+ * is done.
+ */
+Ext.define('PVE.keel.PowerSleepConfirm', {
+    extend: 'Ext.window.Window',
+    itemId: 'keelPowerSleepConfirm',
+    iconCls: 'fa fa-power-off',
+    modal: true,
+    width: 760,
+    layout: { type: 'vbox', align: 'stretch' },
+    bodyPadding: 10,
+
+    initComponent: function () {
+        var me = this, p = me.plan, R = PVE.keel.Render, node = me.node;
+        me.title = Ext.String.format(gettext('Sleep {0}'), node);
+        var moves = (p.moves || []).filter(function (m) { return m.from === node; });
+        var steps = (p.steps || []).filter(function (s) { return !s.node || s.node === node; });
+        var gib = p.summary && p.summary.gib_moved !== undefined ? p.summary.gib_moved
+            : moves.reduce(function (sum, m) { return sum + (m.mem_bytes || 0) + (m.disk_bytes || 0); }, 0) / 1073741824;
+        me.items = [{
+            xtype: 'component', itemId: 'head', margin: '0 0 8 0',
+            html: R.health('warning', '') + Ext.String.format(
+                gettext('Put {0} to sleep? Keel migrates its {1} guests off ({2} GiB), puts it in HA ' +
+                    'maintenance so that the HA manager neither fences it nor recovers its services, sets ' +
+                    'Ceph\'s noout if it has OSDs, and shuts it down. It stays off until it is woken ' +
+                    '(Wake here, keel power wake, or power saving in automatic mode).'),
+                Ext.htmlEncode(node), moves.length, Number(gib).toFixed(2)) +
+                '<br><span class="pmx-hint">' + Ext.htmlEncode(p.reason || '') + '</span>',
+        }, {
+            xtype: 'grid', itemId: 'steps', title: gettext('Steps'), disableSelection: true,
+            store: { fields: ['n', 'action', 'node', 'detail'],
+                data: steps.map(function (s, i) { return Ext.apply({ n: i + 1 }, s); }) },
+            viewConfig: { emptyText: gettext('No steps'), deferEmptyText: false },
+            columns: [
+                { text: '#', dataIndex: 'n', width: 40, align: 'right' },
+                { text: gettext('Step'), dataIndex: 'action', width: 130, renderer: Ext.htmlEncode },
+                { text: gettext('Node'), dataIndex: 'node', width: 80, renderer: Ext.htmlEncode },
+                { text: gettext('What'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
+            ],
+        }, {
+            xtype: 'grid', itemId: 'moves', title: gettext('Guests that move'), disableSelection: true,
+            margin: '10 0 0 0', maxHeight: 220, hidden: !moves.length,
+            store: { fields: ['vmid', 'name', 'type', 'to', 'detail'], data: moves },
+            columns: [
+                { text: gettext('Guest'), dataIndex: 'vmid', width: 190, cellWrap: true,
+                  renderer: function (v, meta, rec) { return R.guest(v, rec.get('name'), rec.get('type')); } },
+                { text: gettext('To'), dataIndex: 'to', width: 80, renderer: Ext.htmlEncode },
+                { text: gettext('Why'), dataIndex: 'detail', flex: 1, cellWrap: true, renderer: Ext.htmlEncode },
+            ],
+        }];
+        me.buttons = [{
+            text: gettext('Sleep'), itemId: 'confirm', iconCls: 'fa fa-power-off',
+            handler: function () { me.close(); me.go(); },
+        }, {
+            text: gettext('Cancel'), handler: function () { me.close(); },
+        }];
+        me.callParent();
     },
 });

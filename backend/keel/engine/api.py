@@ -285,7 +285,11 @@ def _config_text(engine: Engine) -> str:
                                     "rest of the config (proxmox, engine, web) is root's: edit "
                                     f"{engine.config_path} on a node")
     if section is not None:
-        text = cfg.replace_section(engine.config_path.read_text(), "balancing", section)
+        current = engine.config_path.read_text()
+        # the section as it is already (a settings window saved unchanged): the file stays
+        # byte for byte, its comments and layout inside the section too
+        same = section == _raw_section(current, "balancing")
+        text = current if same else cfg.replace_section(current, "balancing", section)
     if len(text) > MAX_BODY:
         raise InvalidError("text: the config is too large")
     return text

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 
 from keel.engine import redact
 from keel.engine.envelope import body, ok, require
@@ -29,7 +29,12 @@ def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
     @app.get("/api/power/plan")
     def power_plan() -> Response:
         principal = require("Sys.Audit")
-        data = redact.plan(engine.power.plan(max_age_s=0.0).to_json(), visible(principal))
+        # ?node=NODE: that node alone, as `keel power plan --node` and the sleep itself plan it
+        # (the web UI's confirmation before Sleep shows it); 404 for a node not in the cluster
+        node = request.args.get("node") or None
+        if node is not None:
+            engine.power._known(node)
+        data = redact.plan(engine.power.plan(only=node, max_age_s=0.0).to_json(), visible(principal))
         return ok(redact.scrub(data, hidden(principal)))
 
     @app.post("/api/power/nodes/<node>/<action>")
