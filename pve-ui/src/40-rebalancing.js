@@ -83,6 +83,7 @@ Ext.define('PVE.keel.Rebalancing', {
             tooltip: me.canModify ? null : gettext('Changing the settings needs Sys.Modify on /'),
             handler: function () {
                 Ext.create('PVE.keel.BalancingEdit', {
+                    nodes: me.nodeStore.collect('node'),
                     listeners: { saved: function () { me.refreshAll(); } },
                 }).show();
             },

@@ -72,9 +72,9 @@ Ext.define('PVE.keel.Power', {
                 { text: gettext('Time'), dataIndex: 'time', width: 130,
                   renderer: function (v) { return me.when(v, true); } },
                 { text: gettext('Node'), dataIndex: 'node', width: 80, renderer: Ext.htmlEncode },
-                { text: gettext('What'), dataIndex: 'detail', width: 170, cellWrap: true,
+                { text: gettext('What'), dataIndex: 'detail', flex: 1, minWidth: 130, cellWrap: true,
                   renderer: Ext.htmlEncode },
-                { text: gettext('Why'), dataIndex: 'reason', flex: 1, minWidth: 200, cellWrap: true,
+                { text: gettext('Why'), dataIndex: 'reason', flex: 1, minWidth: 130, cellWrap: true,
                   renderer: function (v, meta, rec) { return Ext.htmlEncode(v || rec.get('by') || ''); } },
             ],
         }];

@@ -3,7 +3,9 @@
  * keel.yaml in a form.  Every field is named by its path in the section (limits.moves);
  * an empty field leaves the key out, so Keel's default applies (shown greyed).  The
  * section is checked by POST /api/config/validate and each error is shown beside its
- * field; PUT /api/config writes it, keeping the rest of the file as it is.
+ * field; PUT /api/config writes it, keeping the rest of the file as it is.  A field left as
+ * it was shown keeps the file's own value as written (75% stays 75%), and a section saved
+ * unchanged is not written at all.  The Power saving tab edits balancing.power.
  * SPDX-License-Identifier: AGPL-3.0-or-later
  */
 Ext.define('PVE.keel.BalancingEdit', {
@@ -19,7 +21,14 @@ Ext.define('PVE.keel.BalancingEdit', {
     // Fields whose value is a list, written one item per line or separated by commas.
     listFields: ['guests', 'ignore.guests', 'ignore.nodes', 'ignore.tags', 'ignore.pools'],
     // Fields written as text in the file but numbers when they look like one.
-    numberish: ['threshold', 'margin', 'cooldown'],
+    numberish: ['threshold', 'margin', 'cooldown', 'power.hold', 'power.wake_timeout'],
+    // Fields of one item a line (docs/power.md's syntax), written as a list.
+    lineFields: ['power.never_sleep', 'power.wake_all'],
+    // Percentages (power's headroom lines): 75 in the field is "75%" in the file.
+    percentFields: ['power.headroom.cpu', 'power.headroom.memory'],
+
+    // nodes: the cluster's nodes (the Rebalancing panel's), for the nodes that may sleep
+    nodes: [],
 
     initComponent: function () {
         var me = this;
@@ -28,6 +37,11 @@ Ext.define('PVE.keel.BalancingEdit', {
         var hint = function (example) {
             return example ? '<div class="pmx-hint keel-example">' + Ext.htmlEncode(gettext('Example') + ': ' +
                 example) + '</div>' : '';
+        };
+        // what a field means, under it (and an example after it, if any)
+        var note = function (meaning, example) {
+            return '<div class="pmx-hint keel-example">' + Ext.htmlEncode(meaning + (example ? ' (' +
+                gettext('Example') + ': ' + example + ')' : '')) + '</div>';
         };
         var text = function (name, label, help, example) {
             return { xtype: 'textfield', name: name, fieldLabel: label, emptyText: help || '',
@@ -44,6 +58,9 @@ Ext.define('PVE.keel.BalancingEdit', {
             return { xtype: 'textarea', name: name, fieldLabel: label, emptyText: help, height: 70,
                 afterSubTpl: hint(example) };
         };
+        // one height for every tab, as PVE's tabbed windows, never taller than the browser's
+        // window: a long tab scrolls and OK stays in reach
+        me.height = Math.max(400, Math.min(700, Ext.Element.getViewportHeight() - 40));
         me.items = [{
             xtype: 'form',
             border: false,
@@ -108,6 +125,45 @@ Ext.define('PVE.keel.BalancingEdit', {
                         area('anti_affinity', gettext('Keep apart'), gettext('none (default)'),
                             gettext('a group a line: db: 110, 111 (! after the name: may be broken)')),
                     ],
+                }, {
+                    title: gettext('Power saving'),
+                    itemId: 'power',
+                    items: [
+                        { xtype: 'combobox', name: 'power.mode', fieldLabel: gettext('Mode'), editable: false,
+                          queryMode: 'local', emptyText: gettext('Default'),
+                          store: [['off', gettext('off: never power a node off')],
+                              ['recommend', gettext('recommend: plan and show, a person acts')],
+                              ['automatic', gettext('automatic: the leader sleeps and wakes nodes')]] },
+                        { xtype: 'combobox', name: 'power.nodes', fieldLabel: gettext('Nodes that may sleep'),
+                          multiSelect: true, editable: false, queryMode: 'local', store: [],
+                          emptyText: gettext('none (default): no node sleeps'),
+                          afterSubTpl: note(gettext('no node sleeps unless it is chosen here')) },
+                        number('power.min_awake', gettext('Nodes always awake'), { allowDecimals: false, minValue: 1 }),
+                        { xtype: 'checkbox', name: 'power.allow_bare_majority', fieldLabel: gettext('Bare majority'),
+                          boxLabel: gettext('the awake nodes may hold just a majority of corosync\'s votes'),
+                          uncheckedValue: false, inputValue: true },
+                        { xtype: 'fieldcontainer', fieldLabel: gettext('Headroom (%)'),
+                          layout: 'hbox', defaults: { flex: 1, hideLabel: false, labelWidth: 65, margin: '0 8 0 0',
+                              msgTarget: 'under', minValue: 1, maxValue: 100 },
+                          items: [
+                              number('power.headroom.cpu', gettext('CPU')),
+                              number('power.headroom.memory', gettext('Memory')),
+                          ] },
+                        number('power.headroom.spare_nodes', gettext('Spare nodes (N+1)'),
+                            { allowDecimals: false, minValue: 0 }),
+                        Ext.apply(text('power.hold', gettext('Quiet for')), { afterSubTpl: note(gettext(
+                            'how long the plan must say SLEEP before a node sleeps (automatic mode)'), '45m') }),
+                        area('power.never_sleep', gettext('Never sleep'), gettext('none (default)'),
+                            gettext('one window a line: mon-fri 07:00-19:00')),
+                        area('power.wake_all', gettext('Wake all at'), gettext('none (default)'),
+                            gettext('one moment a line: mon-fri 07:30 (a boot time before the nodes are needed)')),
+                        text('power.timezone', gettext('Time zone'), '', 'Europe/Berlin'),
+                        number('power.watts_per_node', gettext('Watts per node'), { minValue: 0,
+                            afterSubTpl: note(gettext('what a node draws awake and saves asleep, for the energy ' +
+                                'estimate')) }),
+                        Ext.apply(text('power.wake_timeout', gettext('Wake timeout')), { afterSubTpl: note(gettext(
+                            'how long a node may take to rejoin the cluster after Wake-on-LAN before it is reported'), '15m') }),
+                    ],
                 }],
             }],
             dockedItems: [{
@@ -155,22 +211,74 @@ Ext.define('PVE.keel.BalancingEdit', {
             'limits.moves': eff.limits && eff.limits.moves, 'limits.concurrent': eff.limits && eff.limits.concurrent,
             'limits.per_node': eff.limits && eff.limits.per_node,
             'limits.gib': eff.limits && eff.limits.bytes / 1073741824,
+            enable: !!eff.enable,
         };
+        var power = eff.power || {};
+        Ext.apply(defaults, {
+            'power.mode': power.mode, 'power.min_awake': power.min_awake,
+            'power.allow_bare_majority': !!power.allow_bare_majority,
+            'power.headroom.cpu': power.cpu_line !== undefined ? me.percent(power.cpu_line) : undefined,
+            'power.headroom.memory': power.memory_line !== undefined ? me.percent(power.memory_line) : undefined,
+            'power.headroom.spare_nodes': power.spare_nodes,
+            'power.hold': power.hold_s !== undefined ? me.duration(power.hold_s) : undefined,
+            'power.wake_timeout': power.wake_timeout_s !== undefined ? me.duration(power.wake_timeout_s) : undefined,
+            'power.timezone': power.timezone,
+            'power.watts_per_node': power.watts ? power.watts['default'] : undefined,
+        });
+        // the nodes that may sleep: the cluster's, and any the file names besides
+        var named = me.lookup(raw, 'power.nodes');
+        var choices = Ext.Array.unique((me.nodes || []).concat(Array.isArray(named) ? named.map(String)
+            : named ? [String(named)] : [])).sort();
+        me.down('field[name="power.nodes"]').getStore().loadData(choices.map(function (n) { return [n]; }));
+        me.showWattsPerNode(me.lookup(raw, 'power.watts_per_node'));
         me.fieldErrors = {};
+        me.shown = {};
         me.fields().forEach(function (field) {
             var name = field.getName();
             field.clearInvalid();
             var value = me.toField(name, me.lookup(raw, name));
             if (field.isCheckbox) {
-                field.setValue(value === null ? !!eff.enable : !!value);
-                return;
+                field.setValue(value === null ? !!defaults[name] : !!value);
+            } else {
+                if (defaults[name] !== undefined && defaults[name] !== null && field.setEmptyText) {
+                    field.setEmptyText(String(defaults[name]) + ' (' + gettext('default') + ')');
+                }
+                field.setValue(value === null ? null : value);
             }
-            if (defaults[name] !== undefined && defaults[name] !== null && field.setEmptyText) {
-                field.setEmptyText(String(defaults[name]) + ' (' + gettext('default') + ')');
-            }
-            field.setValue(value === null ? null : value);
+            me.shown[name] = Ext.encode(field.getValue());     // as shown: left so, the file's value stays
         });
         me.showFormError(null);
+    },
+
+    // 0.75 -> 75 (the headroom lines, in %)
+    percent: function (fraction) {
+        return Math.round(Number(fraction) * 100 * 1000) / 1000;
+    },
+
+    // 1800 -> "30m", 600 -> "10m", 90 -> "90s" (the config's own duration syntax)
+    duration: function (seconds) {
+        var s = Number(seconds);
+        if (s && s % 3600 === 0) {
+            return s / 3600 + 'h';
+        }
+        return s && s % 60 === 0 ? s / 60 + 'm' : s + 's';
+    },
+
+    // watts_per_node as a mapping: the field is its `default`; the other nodes' figures are
+    // kept as written, and said under the field.
+    showWattsPerNode: function (raw) {
+        var field = this.down('field[name="power.watts_per_node"]');
+        var others = raw && typeof raw === 'object' ? Object.keys(raw).filter(function (k) { return k !== 'default'; })
+            : [];
+        var text = others.length ? Ext.String.format(gettext('the default; per node in the file (kept): {0}'),
+            others.map(function (n) { return n + ' ' + raw[n] + ' W'; }).join(', '))
+            : gettext('what a node draws awake and saves asleep, for the energy estimate');
+        var hintEl = field.rendered && field.el.down('.keel-example');
+        if (hintEl) {
+            hintEl.setHtml(Ext.htmlEncode(text));
+        } else {
+            field.afterSubTpl = '<div class="pmx-hint keel-example">' + Ext.htmlEncode(text) + '</div>';
+        }
     },
 
     lookup: function (data, path) {
@@ -183,8 +291,27 @@ Ext.define('PVE.keel.BalancingEdit', {
 
     // A value from the file as the field shows it.
     toField: function (name, value) {
+        if (name === 'power.mode' && value === false) {
+            return 'off';                     // a bare `off` in YAML reads as false
+        }
         if (value === null) {
             return null;
+        }
+        if (this.lineFields.indexOf(name) >= 0) {
+            return Array.isArray(value) ? value.join('\n') : String(value);
+        }
+        if (this.percentFields.indexOf(name) >= 0) {
+            var m = /^\s*(-?[\d.]+)\s*%\s*$/.exec(String(value));
+            if (m) {
+                return Number(m[1]);
+            }
+            return typeof value === 'number' ? this.percent(value) : value;
+        }
+        if (name === 'power.nodes') {
+            return Array.isArray(value) ? value.map(String) : [String(value)];
+        }
+        if (name === 'power.watts_per_node' && typeof value === 'object') {
+            return value['default'] === undefined ? null : value['default'];
         }
         if (this.listFields.indexOf(name) >= 0) {
             return Array.isArray(value) ? value.join(', ') : String(value);
@@ -219,11 +346,18 @@ Ext.define('PVE.keel.BalancingEdit', {
             return String(text).split('\n').map(function (l) { return l.trim(); })
                 .filter(function (l) { return l !== ''; });
         };
-        if (value === null || value === undefined || value === '') {
+        if (value === null || value === undefined || value === '' || (Array.isArray(value) && !value.length)) {
             return undefined;
         }
         if (this.listFields.indexOf(name) >= 0) {
             return split(value);
+        }
+        if (this.lineFields.indexOf(name) >= 0) {
+            var items = lines(value);
+            return items.length ? items : undefined;
+        }
+        if (this.percentFields.indexOf(name) >= 0) {
+            return typeof value === 'number' ? value + '%' : value;
         }
         if (this.numberish.indexOf(name) >= 0) {
             var text = String(value).trim();
@@ -268,8 +402,15 @@ Ext.define('PVE.keel.BalancingEdit', {
         var out = Ext.clone(me.section || {});
         me.fields().forEach(function (field) {
             var name = field.getName();
+            if (me.shown && me.shown[name] === Ext.encode(field.getValue())) {
+                return;                        // as it was shown: the file's own value stays as written
+            }
             var value = field.isCheckbox ? field.getValue() : me.fromField(name, field.getValue());
             var path = name.split('.');
+            var written = me.lookup(out, name);
+            if (name === 'power.watts_per_node' && written !== null && typeof written === 'object') {
+                path.push('default');          // a mapping per node: its default changes, the rest stays
+            }
             var holder = out;
             for (var i = 0; i < path.length - 1; i++) {
                 if (typeof holder[path[i]] !== 'object' || holder[path[i]] === null) {
@@ -284,15 +425,36 @@ Ext.define('PVE.keel.BalancingEdit', {
                 holder[key] = value;
             }
         });
-        ['resources', 'limits', 'ignore', 'schedule'].forEach(function (key) {
-            if (out[key] && typeof out[key] === 'object' && !Object.keys(out[key]).length) {
-                delete out[key];
-            }
-        });
+        // a mapping the form emptied goes (one the file had empty stays)
+        ['power.headroom', 'power.watts_per_node', 'resources', 'limits', 'ignore', 'schedule', 'power']
+            .forEach(function (key) {
+                var value = me.lookup(out, key), path = key.split('.');
+                var holder = path.length > 1 ? me.lookup(out, path[0]) : out;
+                if (value && typeof value === 'object' && !Array.isArray(value) && !Object.keys(value).length &&
+                        me.lookup(me.section || {}, key) === null) {
+                    delete holder[path[path.length - 1]];
+                }
+            });
         if (out.enable === false && !('enable' in (me.section || {}))) {
             delete out.enable;               // the default: leave the file as it was
         }
         return out;
+    },
+
+    // The same data, whatever the order of the keys.
+    sameAs: function (a, b) {
+        var canon = function (v) {
+            if (Array.isArray(v)) {
+                return v.map(canon);
+            }
+            if (v && typeof v === 'object') {
+                var o = {};
+                Object.keys(v).sort().forEach(function (k) { o[k] = canon(v[k]); });
+                return o;
+            }
+            return v;
+        };
+        return Ext.encode(canon(a)) === Ext.encode(canon(b));
     },
 
     // balancing.limits.moves -> the field limits.moves; balancing.affinity[0].guests -> affinity.
@@ -345,7 +507,9 @@ Ext.define('PVE.keel.BalancingEdit', {
                 var name = field.getName();
                 var where = path.replace(/^balancing\./, '');
                 var label = where === name ? '' : where.substr(where.indexOf(name) === 0 ? name.length : 0)
-                    .replace(/^\./, '') + ': ';
+                    .replace(/^\./, '').replace(/^\[(\d+)\]$/, function (all, i) {      // never_sleep[0]
+                        return Ext.String.format(gettext('line {0}'), Number(i) + 1);
+                    }) + ': ';
                 (byField[name] = byField[name] || { field: field, list: [] }).list.push(
                     Ext.htmlEncode(label + problem));
                 if (marked.indexOf(field) < 0) {
@@ -375,6 +539,10 @@ Ext.define('PVE.keel.BalancingEdit', {
     save: function () {
         var me = this;
         var section = me.values();
+        if (me.sameAs(section, me.section || {})) {
+            me.close();                        // nothing changed: nothing is written
+            return;
+        }
         PVE.keel.Api.request({
             url: '/api/config/validate', method: 'POST', jsonData: { balancing: section }, waitMsgTarget: me,
             success: function (check) {

@@ -4,6 +4,7 @@ and the tab shows the node sleeping since when, the energy estimate and the slee
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -18,10 +19,12 @@ PANEL = "Ext.ComponentQuery.query('pveKeelRebalancing')[0]"
 POWER_PANEL = f"{PANEL}.down('#power')"
 
 
-@pytest.fixture(scope="module")
-def ui_stack(tmp_path_factory):
+@contextlib.contextmanager
+def power_stack(tmp, mode):
+    """The power cluster (keel sim, its clock x60, the guests quiet, every node waking when
+    asked), the fake ha-manager on PATH, keel-engine with power saving in ``mode`` on pve5 to
+    pve8 and keel-web serving the harness: the UI tests' stack (test_power_actions_ui too)."""
     _prerequisites()
-    tmp = tmp_path_factory.mktemp("power-ui")
     sim = start_sim(POWER, tmp / "sim", 60)
     bin_dir = tmp / "bin"                          # the fake ha-manager, as in test_power_sleep
     bin_dir.mkdir()
@@ -37,13 +40,20 @@ def ui_stack(tmp_path_factory):
             sim.control("POST", f"guests/{g['vmid']}", {"cpu": 0.02, "profile": None})
         config = write_config(tmp / "node", sim, api_token=TOKEN, balancing={
             "interval": "2s", "window": "3s", "guests": ["vm", "ct"],
-            "power": {"mode": "automatic", "nodes": ["pve5", "pve6", "pve7", "pve8"], "hold": "2s",
-                      "wake_test_max_age": "off", "wake_timeout": "20s", "watts_per_node": {"default": 150, "pve5": 90}}})
+            "power": {"mode": mode, "nodes": ["pve5", "pve6", "pve7", "pve8"], "hold": "2s",
+                      "wake_test_max_age": "off", "wake_timeout": "20s",
+                      "watts_per_node": {"default": 150, "pve5": 90}}})
         with services(config, ("--harness", str(WWW))) as (client, url, _, _):
             yield UiStack(sim, url, client, config)
     finally:
         os.environ["PATH"] = path
         sim.stop()
+
+
+@pytest.fixture(scope="module")
+def ui_stack(tmp_path_factory):
+    with power_stack(tmp_path_factory.mktemp("power-ui"), "automatic") as stack:
+        yield stack
 
 
 @pytest.mark.parametrize("layout,theme", [("9", "light"), ("8", "dark")])

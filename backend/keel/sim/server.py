@@ -34,7 +34,8 @@ log = logging.getLogger("keel.sim")
 
 API_PREFIXES = {"/api2/json": "json", "/api2/extjs": "extjs"}
 # Parameters of writes kept in the request log: what a test needs to follow guests (never secrets).
-LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "storage", "cores", "memory")
+LOGGED_PARAMS = ("newid", "name", "target", "pool", "full", "storage", "cores", "memory",
+                 "command")                # a node's status: shutdown, reboot
 UNAUTHENTICATED = {("POST", "/access/ticket"), ("GET", "/access/ticket"), ("GET", "/access/domains")}
 # Writes that touch no /etc/pve, so PVE carries them out without quorum too: a node's
 # shutdown, a Wake-on-LAN packet (how a cluster that lost quorum gets it back), Ceph flags.
