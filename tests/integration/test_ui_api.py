@@ -2,7 +2,7 @@
 the simulator: cheap reads (fields, ETag and 304, gzip, CORS exposing the ETag), the
 maintenance preview (every guest of the node moves or stays with a reason, nothing is
 done), promised and achieved recorded with every job, node names in the config checked
-against the cluster, the nodes' charts from PVE's RRD, and the plan's own figures in the
+against the cluster, an unchanged balancing section saved leaving the file as it is, the nodes' charts from PVE's RRD, and the plan's own figures in the
 status."""
 
 from __future__ import annotations
@@ -129,6 +129,26 @@ def test_node_names_in_the_config_must_be_the_clusters(stack):
     assert any(path.startswith("balancing.schedule") for path in answer["errors"])    # said together
     good = client.call("POST", "/api/config/validate", {"balancing": {"pin": {"101": ["pve1"]}}})
     assert good["valid"], good
+
+
+def test_the_balancing_section_saved_as_it_is_leaves_the_file_byte_for_byte(stack):
+    """The settings window sends the whole section: unchanged, the file keeps its own layout
+    and comments inside the section; changed, the section is written anew."""
+    import yaml
+    _, _, client = stack
+    original = client.call("GET", "/api/config")["text"]
+    section = yaml.safe_load(original)["balancing"]
+    mine = original.replace("balancing:\n", "balancing:\n  # kept unless the section changes\n", 1)
+    assert mine != original
+    try:
+        client.call("PUT", "/api/config", {"text": mine})
+        client.call("PUT", "/api/config", {"balancing": section})
+        assert client.call("GET", "/api/config")["text"] == mine
+        client.call("PUT", "/api/config", {"balancing": {**section, "hold": 4}})
+        text = client.call("GET", "/api/config")["text"]
+        assert "# kept unless" not in text and yaml.safe_load(text)["balancing"]["hold"] == 4
+    finally:
+        client.call("PUT", "/api/config", {"text": original})
 
 
 def test_the_nodes_charts_come_from_pves_rrd(stack):

@@ -69,7 +69,8 @@ def disabled(page, button):
     return page.evaluate(f"b => {POWER_PANEL}.down(b).disabled", button)
 
 
-def test_a_node_is_put_to_sleep_from_the_button_and_woken_again(open_ui, ui_stack):
+def test_a_node_is_put_to_sleep_from_the_button_and_woken_again(open_ui, ui_stack, ui_errors):
+    ui_errors.allow(r"status of 409 .*/api/power/nodes/pve1/sleep")          # the refusal provoked below
     client, sim = ui_stack.client, ui_stack.sim
     plan = wait_for(lambda: client.call("GET", "/api/power/plan"), timeout=60)
     assert plan["verdict"] == "SLEEP", plan["reason"]
@@ -134,6 +135,22 @@ def test_a_node_is_put_to_sleep_from_the_button_and_woken_again(open_ui, ui_stac
     assert sim.control("GET", "state")["power"][node]["state"] != "off"
     events = [e for e in client.call("GET", "/api/power")["events"] if e["node"] == node]
     assert events[-1]["reason"] == "asked by web:root@pam", events[-1]
+
+    # a node the plan keeps awake: its gates in an error dialog, and nothing sent
+    select_node(page, "pve1")
+    page.evaluate(f"() => {{ {POWER_PANEL}.confirmSleep(); }}")
+    box = page.wait_for_selector(".x-message-box >> text=pve1 stays awake")
+    text = page.inner_text(".x-message-box")
+    assert all(r["gate"] in text for r in api_node["refusals"] if r["node"] == "pve1"), text
+    assert not page.evaluate("!!Ext.ComponentQuery.query('#keelPowerSleepConfirm')[0]")
+    screenshot(page, "rebalancing-power-refused")
+    page.click(".x-message-box >> text=OK")
+    # a refusal of keel-engine's (409, the gates' reasons) is shown as it said it
+    page.evaluate(f"() => {{ {POWER_PANEL}.act('pve1', 'sleep'); }}")
+    page.wait_for_selector(".x-message-box >> text=(409)")
+    said = page.inner_text(".x-message-box")
+    assert "pve1 stays awake" in said and "409" in said, said
+    assert box is not None and state(page, "pve1") == "awake"
 
 
 def test_without_sys_powermgmt_the_buttons_are_off_and_the_api_refuses(open_ui, ui_stack, ui_errors):
