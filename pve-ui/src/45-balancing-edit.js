@@ -305,7 +305,8 @@ Ext.define('PVE.keel.BalancingEdit', {
             if (m) {
                 return Number(m[1]);
             }
-            return typeof value === 'number' ? this.percent(value) : value;
+            var n = typeof value === 'boolean' || String(value).trim() === '' ? NaN : Number(value);
+            return isFinite(n) && n <= 1 ? this.percent(n) : value;     // a fraction (0.75) in %
         }
         if (name === 'power.nodes') {
             return Array.isArray(value) ? value.map(String) : [String(value)];

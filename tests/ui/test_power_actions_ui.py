@@ -107,7 +107,9 @@ def test_a_node_is_put_to_sleep_from_the_button_and_woken_again(open_ui, ui_stac
     assert disabled(page, "#sleepButton")                          # while the job runs
     page.wait_for_function(f"{PANEL}.jobId === null", timeout=150_000)
     job_text = page.evaluate(f"{PANEL}.down('#jobText').el.dom.textContent")
-    assert "Sleep: done" in job_text, job_text
+    assert "Sleep: done" in job_text and "migrations done" in job_text, job_text
+    page.evaluate(f"() => {{ {PANEL}.getScrollable().scrollTo(0, 0); }}")
+    screenshot(page, "rebalancing-power-sleep-done")
     page.wait_for_function(f"n => {POWER_PANEL}.nodeStore.getById(n).get('state') === 'sleeping'", arg=node,
                            timeout=30_000)
     shutdowns = [r for r in sim.requests_log(seq) if r["method"] == "POST" and r["path"] == f"/nodes/{node}/status"]
