@@ -40,7 +40,7 @@ Ext.define('PVE.keel.BalancingEdit', {
         };
         // what a field means, under it (and an example after it, if any)
         var note = function (meaning, example) {
-            return '<div class="pmx-hint keel-example">' + Ext.htmlEncode(meaning + (example ? ' (' +
+            return '<div class="pmx-hint keel-note">' + Ext.htmlEncode(meaning + (example ? ' (' +
                 gettext('Example') + ': ' + example + ')' : '')) + '</div>';
         };
         var text = function (name, label, help, example) {
@@ -273,11 +273,11 @@ Ext.define('PVE.keel.BalancingEdit', {
         var text = others.length ? Ext.String.format(gettext('the default; per node in the file (kept): {0}'),
             others.map(function (n) { return n + ' ' + raw[n] + ' W'; }).join(', '))
             : gettext('what a node draws awake and saves asleep, for the energy estimate');
-        var hintEl = field.rendered && field.el.down('.keel-example');
+        var hintEl = field.rendered && field.el.down('.keel-note');
         if (hintEl) {
             hintEl.setHtml(Ext.htmlEncode(text));
         } else {
-            field.afterSubTpl = '<div class="pmx-hint keel-example">' + Ext.htmlEncode(text) + '</div>';
+            field.afterSubTpl = '<div class="pmx-hint keel-note">' + Ext.htmlEncode(text) + '</div>';
         }
     },
 
