@@ -282,7 +282,13 @@ Ext.define('PVE.keel.Rebalancing', {
         });
         me.powerPoller = Ext.create('PVE.keel.Poller', {
             panel: me, url: '/api/power', interval: 10000,
-            onData: function (data) { me.down('#power').onPower(data); }, onError: Ext.emptyFn, scope: me,
+            onData: function (data) {
+                me.down('#power').onPower(data);
+                if (me.status) {       // a node power saving put to sleep reads asleep at once, not offline
+                    me.mergeNodes((me.status.cluster || {}).nodes || [], me.status.maintenance || {}, me.model);
+                }
+            },
+            onError: Ext.emptyFn, scope: me,
         });
         me.jobPoller = Ext.create('PVE.keel.Poller', {
             panel: me, url: '/api/jobs/', interval: 2000,
@@ -532,7 +538,7 @@ Ext.define('PVE.keel.Rebalancing', {
     renderJobKind: function (kind) {
         return Ext.htmlEncode({ apply: gettext('Apply'), maintenance: gettext('Maintenance'),
             round: gettext('Balancing round'), power: gettext('Power saving'), 'power-sleep': gettext('Sleep'),
-            'power-wake': gettext('Wake') }[kind] || kind);
+            'power-wake': gettext('Wake'), 'power-test': gettext('Wake test') }[kind] || kind);
     },
 
     renderJobState: function (state) {
@@ -801,7 +807,7 @@ Ext.define('PVE.keel.Rebalancing', {
         }));
         me.down('#plan').setTitle(Ext.String.format(gettext('Plan: {0} running ({1})'),
             { maintenance: gettext('maintenance'), 'power-sleep': gettext('sleep'),
-                'power-wake': gettext('wake') }[job.kind] || gettext('apply'),
+                'power-wake': gettext('wake'), 'power-test': gettext('wake test') }[job.kind] || gettext('apply'),
             Ext.htmlEncode(job.requested_by)));
         me.down('#leftAlone').hide();
         me.applyPlanToNodes();
@@ -852,7 +858,7 @@ Ext.define('PVE.keel.Rebalancing', {
         var panel = me.down('#jobPanel');
         panel.show();
         var kind = { maintenance: gettext('Maintenance'), 'power-sleep': gettext('Sleep'),
-            'power-wake': gettext('Wake') }[job.kind] || gettext('Apply');
+            'power-wake': gettext('Wake'), 'power-test': gettext('Wake test') }[job.kind] || gettext('Apply');
         var state = { running: ['busy', gettext('running')], cancelling: ['busy', gettext('stopping')],
             done: ['good', gettext('done')], failed: ['critical', gettext('failed')],
             cancelled: ['warning', gettext('stopped')] }[job.state] || ['warning', job.state];

@@ -4,9 +4,9 @@
  * energy estimate (node-hours asleep x watts) and the last sleeps and wakes with their
  * reasons, from GET /api/power (the Rebalancing panel polls it every 10 s and calls
  * onPower).  Hidden while power saving is off and Keel has put no node to sleep.
- * Sleep and Wake act on the node selected (Sys.PowerMgmt, from GuiCap's nodes, as PVE's
- * own node shutdown): Sleep after a confirmation that shows the node's plan (GET
- * /api/power/plan?node=), each a job the Rebalancing panel follows as it follows Apply.
+ * Sleep, Wake and Wake test act on the node selected (Sys.PowerMgmt, from GuiCap's nodes, as
+ * PVE's own node shutdown): Sleep and Wake test after a confirmation that shows the node's
+ * plan (GET /api/power/plan?node=), each a job the Rebalancing panel follows as it follows Apply.
  * SPDX-License-Identifier: AGPL-3.0-or-later
  */
 Ext.define('PVE.keel.Power', {
@@ -37,44 +37,55 @@ Ext.define('PVE.keel.Power', {
             disabled: true,
             handler: function () { me.wake(); },
         }, {
+            text: gettext('Wake test'),
+            itemId: 'testButton',
+            iconCls: 'fa fa-check-square-o',
+            disabled: true,
+            handler: function () { me.confirmSleep(true); },
+        }, {
             xtype: 'component', itemId: 'buttonHint', cls: 'pmx-hint', margin: '0 0 0 8',
         }];
-        me.nodeStore = R.store(['node', 'state', 'since', 'asleep_hours', 'may_sleep', 'watts'], 'node');
+        me.nodeStore = R.store(['node', 'state', 'since', 'asleep_hours', 'may_sleep', 'watts', 'wake_test'], 'node');
         me.eventStore = R.store(['key', 'time', 'node', 'event', 'detail', 'reason', 'by'], 'key',
             { sorters: [{ property: 'time', direction: 'DESC' }] });
         me.items = [{
             xtype: 'grid',
             itemId: 'powerNodes',
             store: me.nodeStore,
-            flex: 1,
+            flex: 3,
             minWidth: 600,
             viewConfig: { emptyText: gettext('No data yet'), deferEmptyText: false, markDirty: false },
             listeners: { selectionchange: function () { me.updateButtons(); } },
             columns: [
-                { text: gettext('Node'), dataIndex: 'node', width: 120, renderer: R.node },
-                { text: gettext('Power'), dataIndex: 'state', flex: 1, minWidth: 230,
+                { text: gettext('Node'), dataIndex: 'node', width: 110, renderer: R.node },
+                { text: gettext('Power'), dataIndex: 'state', flex: 1, minWidth: 160,
                   renderer: function (v, meta, rec) { return me.renderState(v, rec); } },
-                { text: gettext('May sleep'), dataIndex: 'may_sleep', width: 100,
+                { text: gettext('May sleep'), dataIndex: 'may_sleep', width: 90,
                   renderer: function (v) { return v ? gettext('Yes') : gettext('No'); } },
-                { text: gettext('Hours asleep'), dataIndex: 'asleep_hours', width: 125, align: 'right',
+                { text: gettext('Hours asleep'), dataIndex: 'asleep_hours', width: 120, align: 'right',
                   renderer: function (v) { return v ? Number(v).toFixed(1) : '-'; } },
+                { text: gettext('Wake test'), dataIndex: 'wake_test', width: 110,
+                  renderer: function (v, meta, rec) {
+                      return v ? me.when(v) : rec.get('may_sleep') ? '<span class="pmx-hint">' +
+                          gettext('never') + '</span>' : '-';
+                  } },
             ],
         }, {
             xtype: 'grid',
             itemId: 'powerEvents',
             store: me.eventStore,
-            flex: 1,
+            flex: 2,
             margin: '0 0 0 10',
             maxHeight: 260,
             disableSelection: true,
             viewConfig: { emptyText: gettext('No sleeps or wakes yet'), deferEmptyText: false, markDirty: false },
             columns: [
-                { text: gettext('Time'), dataIndex: 'time', width: 130,
+                { text: gettext('Time'), dataIndex: 'time', width: 95, cellWrap: true,
                   renderer: function (v) { return me.when(v, true); } },
-                { text: gettext('Node'), dataIndex: 'node', width: 80, renderer: Ext.htmlEncode },
-                { text: gettext('What'), dataIndex: 'detail', flex: 1, minWidth: 130, cellWrap: true,
+                { text: gettext('Node'), dataIndex: 'node', width: 70, renderer: Ext.htmlEncode },
+                { text: gettext('What'), dataIndex: 'detail', flex: 1, minWidth: 120, cellWrap: true,
                   renderer: Ext.htmlEncode },
-                { text: gettext('Why'), dataIndex: 'reason', flex: 1, minWidth: 130, cellWrap: true,
+                { text: gettext('Why'), dataIndex: 'reason', flex: 1, minWidth: 120, cellWrap: true,
                   renderer: function (v, meta, rec) { return Ext.htmlEncode(v || rec.get('by') || ''); } },
             ],
         }];
@@ -99,6 +110,7 @@ Ext.define('PVE.keel.Power', {
         var canSleep = me.canPower && !running && state === 'awake' && rec.get('may_sleep') && mode !== 'off';
         var canWake = me.canPower && !running && (state === 'sleeping' || state === 'did not wake');
         me.down('#sleepButton').setDisabled(!canSleep);
+        me.down('#testButton').setDisabled(!canSleep);        // a sleep, then at once the wake
         me.down('#wakeButton').setDisabled(!canWake);
         var why = '';
         if (!me.canPower) {
@@ -114,42 +126,45 @@ Ext.define('PVE.keel.Power', {
                 rec.get('node'));
         }
         me.down('#buttonHint').update(Ext.htmlEncode(why));
-        ['#sleepButton', '#wakeButton'].forEach(function (id) {
+        ['#sleepButton', '#wakeButton', '#testButton'].forEach(function (id) {
             var button = me.down(id);
             button.setTooltip(button.disabled && why ? why : null);
         });
     },
 
     // The node's own plan first (a dry run), then a confirmation that says what will happen.
-    confirmSleep: function () {
+    // test: the wake test (POST .../test): the same sleep, its own gate set aside, then at
+    // once the wake; it is what lets a node sleep (balancing.power.wake_test_max_age).
+    confirmSleep: function (test) {
         var me = this, rec = me.selected();
         if (!rec) {
             return;
         }
         var node = rec.get('node');
+        var params = test ? { node: node, test: 1 } : { node: node };
         PVE.keel.Api.request({
-            url: '/api/power/plan', params: { node: node }, waitMsgTarget: me,
+            url: '/api/power/plan', params: params, waitMsgTarget: me,
             success: function (plan) {
                 if (me.destroyed) {
                     return;
                 }
                 if (plan.verdict !== 'SLEEP' || (plan.sleep || []).indexOf(node) < 0) {
-                    me.refused(node, plan);
+                    me.refused(node, plan, test);
                     return;
                 }
-                Ext.create('PVE.keel.PowerSleepConfirm', { node: node, plan: plan,
-                    go: function () { me.act(node, 'sleep'); } }).show();
+                Ext.create('PVE.keel.PowerSleepConfirm', { node: node, plan: plan, test: !!test,
+                    go: function () { me.act(node, test ? 'test' : 'sleep'); } }).show();
             },
             failure: function (error) { PVE.keel.Api.alert(error); },
         });
     },
 
     // The plan says the node stays awake: why, each gate named, as keel power plan says it.
-    refused: function (node, plan) {
+    refused: function (node, plan, test) {
         var reasons = (plan.refusals || []).filter(function (r) { return !r.node || r.node === node; })
             .map(function (r) { return '<li><b>' + Ext.htmlEncode(r.gate) + '</b>: ' + Ext.htmlEncode(r.detail) + '</li>'; });
         Ext.Msg.show({
-            title: gettext('Sleep'),
+            title: test ? gettext('Wake test') : gettext('Sleep'),
             icon: Ext.Msg.ERROR,
             buttons: Ext.Msg.OK,
             message: Ext.String.format(gettext('{0} stays awake: {1}'), Ext.htmlEncode(node),
@@ -178,7 +193,8 @@ Ext.define('PVE.keel.Power', {
                 }
             },
             failure: function (error) {
-                PVE.keel.Api.alert(error, action === 'sleep' ? gettext('Sleep') : gettext('Wake'));
+                PVE.keel.Api.alert(error, { sleep: gettext('Sleep'), wake: gettext('Wake'),
+                    test: gettext('Wake test') }[action]);
             },
         });
     },
@@ -226,7 +242,7 @@ Ext.define('PVE.keel.Power', {
         }
         R.mergeStore(me.nodeStore, (data.nodes || []).map(function (n) {
             return { node: n.node, state: n.state, since: n.since, asleep_hours: n.asleep_hours,
-                     may_sleep: n.may_sleep };
+                     may_sleep: n.may_sleep, wake_test: n.wake_test || null };
         }), 'node');
         me.updateButtons();
         R.mergeStore(me.eventStore, (data.events || []).map(function (e) {
@@ -260,15 +276,20 @@ Ext.define('PVE.keel.PowerSleepConfirm', {
 
     initComponent: function () {
         var me = this, p = me.plan, R = PVE.keel.Render, node = me.node;
-        me.title = Ext.String.format(gettext('Sleep {0}'), node);
+        me.title = Ext.String.format(me.test ? gettext('Wake test of {0}') : gettext('Sleep {0}'), node);
         var moves = (p.moves || []).filter(function (m) { return m.from === node; });
         var steps = (p.steps || []).filter(function (s) { return !s.node || s.node === node; });
         var gib = p.summary && p.summary.gib_moved !== undefined ? p.summary.gib_moved
             : moves.reduce(function (sum, m) { return sum + (m.mem_bytes || 0) + (m.disk_bytes || 0); }, 0) / 1073741824;
         me.items = [{
             xtype: 'component', itemId: 'head', margin: '0 0 8 0',
-            html: R.health('warning', '') + Ext.String.format(
-                gettext('Put {0} to sleep? Keel migrates its {1} guests off ({2} GiB), puts it in HA ' +
+            html: R.health('warning', '') + Ext.String.format(me.test
+                ? gettext('Test that {0} wakes? Keel migrates its {1} guests off ({2} GiB), puts it in HA ' +
+                    'maintenance so that the HA manager neither fences it nor recovers its services, sets ' +
+                    'Ceph\'s noout if it has OSDs, shuts it down, and at once wakes it by Wake-on-LAN. ' +
+                    'Back in the cluster, it has passed and may sleep; if it does not come back, it is ' +
+                    'reported and left off.')
+                : gettext('Put {0} to sleep? Keel migrates its {1} guests off ({2} GiB), puts it in HA ' +
                     'maintenance so that the HA manager neither fences it nor recovers its services, sets ' +
                     'Ceph\'s noout if it has OSDs, and shuts it down. It stays off until it is woken ' +
                     '(Wake here, keel power wake, or power saving in automatic mode).'),
@@ -297,7 +318,8 @@ Ext.define('PVE.keel.PowerSleepConfirm', {
             ],
         }];
         me.buttons = [{
-            text: gettext('Sleep'), itemId: 'confirm', iconCls: 'fa fa-power-off',
+            text: me.test ? gettext('Wake test') : gettext('Sleep'), itemId: 'confirm',
+            iconCls: me.test ? 'fa fa-check-square-o' : 'fa fa-power-off',
             handler: function () { me.close(); me.go(); },
         }, {
             text: gettext('Cancel'), handler: function () { me.close(); },

@@ -21,7 +21,7 @@ Ext.define('PVE.keel.BalancingEdit', {
     // Fields whose value is a list, written one item per line or separated by commas.
     listFields: ['guests', 'ignore.guests', 'ignore.nodes', 'ignore.tags', 'ignore.pools'],
     // Fields written as text in the file but numbers when they look like one.
-    numberish: ['threshold', 'margin', 'cooldown', 'power.hold', 'power.wake_timeout'],
+    numberish: ['threshold', 'margin', 'cooldown', 'power.hold', 'power.wake_timeout', 'power.wake_test_max_age'],
     // Fields of one item a line (docs/power.md's syntax), written as a list.
     lineFields: ['power.never_sleep', 'power.wake_all'],
     // Percentages (power's headroom lines): 75 in the field is "75%" in the file.
@@ -163,6 +163,9 @@ Ext.define('PVE.keel.BalancingEdit', {
                                 'estimate')) }),
                         Ext.apply(text('power.wake_timeout', gettext('Wake timeout')), { afterSubTpl: note(gettext(
                             'how long a node may take to rejoin the cluster after Wake-on-LAN before it is reported'), '15m') }),
+                        Ext.apply(text('power.wake_test_max_age', gettext('Wake test valid for')), {
+                            afterSubTpl: note(gettext('a node sleeps only if a wake by Keel brought it back within ' +
+                                'this time (Wake test); off: no test needed'), '30d') }),
                     ],
                 }],
             }],
@@ -223,6 +226,8 @@ Ext.define('PVE.keel.BalancingEdit', {
             'power.hold': power.hold_s !== undefined ? me.duration(power.hold_s) : undefined,
             'power.wake_timeout': power.wake_timeout_s !== undefined ? me.duration(power.wake_timeout_s) : undefined,
             'power.timezone': power.timezone,
+            'power.wake_test_max_age': power.wake_test_max_age_s === null ? 'off'
+                : power.wake_test_max_age_s !== undefined ? me.duration(power.wake_test_max_age_s) : undefined,
             'power.watts_per_node': power.watts ? power.watts['default'] : undefined,
         });
         // the nodes that may sleep: the cluster's, and any the file names besides
@@ -258,6 +263,9 @@ Ext.define('PVE.keel.BalancingEdit', {
     // 1800 -> "30m", 600 -> "10m", 90 -> "90s" (the config's own duration syntax)
     duration: function (seconds) {
         var s = Number(seconds);
+        if (s && s % 86400 === 0) {
+            return s / 86400 + 'd';
+        }
         if (s && s % 3600 === 0) {
             return s / 3600 + 'h';
         }
@@ -291,7 +299,7 @@ Ext.define('PVE.keel.BalancingEdit', {
 
     // A value from the file as the field shows it.
     toField: function (name, value) {
-        if (name === 'power.mode' && value === false) {
+        if ((name === 'power.mode' || name === 'power.wake_test_max_age') && value === false) {
             return 'off';                     // a bare `off` in YAML reads as false
         }
         if (value === null) {

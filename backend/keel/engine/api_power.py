@@ -30,11 +30,14 @@ def add_power_routes(app: Flask, engine: Any, visible: Any) -> None:
     def power_plan() -> Response:
         principal = require("Sys.Audit")
         # ?node=NODE: that node alone, as `keel power plan --node` and the sleep itself plan it
-        # (the web UI's confirmation before Sleep shows it); 404 for a node not in the cluster
+        # (the web UI's confirmation before Sleep shows it); 404 for a node not in the cluster.
+        # &test=1: as its wake test plans it (the wake-test gate set aside)
         node = request.args.get("node") or None
         if node is not None:
             engine.power._known(node)
-        data = redact.plan(engine.power.plan(only=node, max_age_s=0.0).to_json(), visible(principal))
+        test = node is not None and request.args.get("test") in ("1", "true")
+        data = redact.plan(engine.power.plan(only=node, max_age_s=0.0, wake_test=not test).to_json(),
+                           visible(principal))
         return ok(redact.scrub(data, hidden(principal)))
 
     @app.post("/api/power/nodes/<node>/<action>")

@@ -124,8 +124,9 @@ SPEC: dict[str, Any] = {
             "with their reasons, and the power loop's last decision", errors=("503",))},
         "/api/power/plan": {"get": _op("The consolidation plan now (a dry run): which nodes could sleep, the "
                                        "moves, the steps, and why each other node stays awake; ?node= that node "
-                                       "alone, as its sleep would plan it",
-                                       params=[_q("node", {"type": "string"})], errors=("404", "503"))},
+                                       "alone, as its sleep would plan it (&test=1: as its wake test would)",
+                                       params=[_q("node", {"type": "string"}), _q("test", {"type": "string"})],
+                                       errors=("404", "503"))},
         "/api/power/nodes/{node}/{action}": {"post": _op(
             "Sleep (empty and power off, if every gate lets it), wake (Wake-on-LAN) or test (a sleep, then at once "
             "the wake, recorded as the node's wake test) a node: a job (leader only; Sys.PowerMgmt on "
