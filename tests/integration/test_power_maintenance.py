@@ -45,10 +45,12 @@ def test_maintenance_whose_guests_fit_nowhere_wakes_a_sleeping_node_and_empties_
         data["balancing"].update({"enable": True, "maintenance": ["pve3"]})
         config.write_text(yaml.safe_dump(data))
         try:
-            wait_for(lambda: power()["pve4"] == "on", timeout=60)
+            wait_for(lambda: not guests_on("pve3"), timeout=90)
         except AssertionError:
-            raise AssertionError(str(client.call("GET", "/api/power")["last"]["decision"]) + engine.log_text()[-3000:]) from None
-        wait_for(lambda: not guests_on("pve3"), timeout=90)
+            api = sim.client(TOKEN)
+            tasks = [t for t in api.get("/nodes/pve3/tasks", source="all") if t["type"] == "qmigrate"]
+            logs = [api.get(f"/nodes/pve3/tasks/{t['upid']}/log", limit=100) for t in tasks]
+            raise AssertionError(str(logs)) from None
         assert guests_on("pve4") == [102]
         log = sim.control("GET", f"requests?since={seen}")
         assert [r["path"] for r in log if r["path"].endswith("/wakeonlan")] == ["/nodes/pve4/wakeonlan"]
