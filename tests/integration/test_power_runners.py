@@ -96,8 +96,9 @@ def test_runner_demand_wakes_the_sleeping_node_its_provider_may_use_and_no_other
         return {n: v["state"] for n, v in sim.control("GET", "state")["power"].items()}
     try:
         wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
-        wait_for(lambda: power()["pve4"] == power()["pve5"] == "off", timeout=90)
-        asleep = {n["node"]: n["since"] for n in client.call("GET", "/api/power")["nodes"] if n["state"] == "sleeping"}
+        def sleeping():
+            return {n["node"]: n["since"] for n in client.call("GET", "/api/power")["nodes"] if n["state"] == "sleeping"}
+        asleep = wait_for(lambda: len(sleeping()) == 2 and sleeping(), timeout=90)
         assert asleep["pve4"] < asleep["pve5"]            # pve4 is the longest asleep: it would be woken first
         data["balancing"]["power"]["hold"] = "1h"          # no node sleeps again, for this test
         config.write_text(yaml.safe_dump(data))
