@@ -177,6 +177,8 @@ class PowerLoop:
                               after=self._room_made if for_runners else None)
             except BusyError as err:
                 log.info("power: %s waits: %s", decision.action, err)
+                if decision.action == auto.WAKE:     # the last hold stays: a wake_all moment is not lost
+                    self.book.put(HOLD, hold.to_json())
         return self.last
 
     # -- jobs ---------------------------------------------------------------------------------
