@@ -27,7 +27,7 @@ def test_maintenance_whose_guests_fit_nowhere_wakes_a_sleeping_node_and_empties_
     data = yaml.safe_load(config.read_text())
     data["balancing"].update({"enable": False, "power": {
         "mode": "automatic", "nodes": ["pve4"], "hold": "2s", "allow_bare_majority": True,
-        "headroom": {"spare_nodes": 0}, "wake_timeout": "60s"}})
+        "headroom": {"spare_nodes": 0}, "wake_timeout": "60s", "wake_test_max_age": "off"}})
     config.write_text(yaml.safe_dump(data))
     engine, client = start_engine(config)
 

@@ -82,6 +82,7 @@ def test_runner_demand_wakes_the_sleeping_node_its_provider_may_use_and_no_other
     config = write_config(tmp_path / "node", sim, api_token=TOKEN, balancing={"interval": "1s", "window": "3s"})
     data = yaml.safe_load(config.read_text())
     data["balancing"]["power"] = {"mode": "automatic", "nodes": ["pve4", "pve5"], "hold": "2s",
+                                  "wake_test_max_age": "off",
                                   "allow_bare_majority": True, "headroom": {"spare_nodes": 0}, "wake_timeout": "60s"}
     data["runners"] = {
         "github": {"url": f"{sim.url}/my-org", "app_client_id": CLIENT_ID, "app_installation_id": INSTALLATION,
@@ -97,7 +98,8 @@ def test_runner_demand_wakes_the_sleeping_node_its_provider_may_use_and_no_other
     try:
         wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
         def sleeping():
-            return {n["node"]: n["since"] for n in client.call("GET", "/api/power")["nodes"] if n["state"] == "sleeping"}
+            return {n["node"]: n["since"] for n in client.call("GET", "/api/power")["nodes"]
+                    if n["state"] == "sleeping"}
         asleep = wait_for(lambda: len(sleeping()) == 2 and sleeping(), timeout=90)
         assert asleep["pve4"] < asleep["pve5"]            # pve4 is the longest asleep: it would be woken first
         data["balancing"]["power"]["hold"] = "1h"          # no node sleeps again, for this test
