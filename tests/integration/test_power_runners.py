@@ -67,3 +67,57 @@ def test_a_runner_that_fits_nowhere_wakes_a_sleeping_node_and_its_job_starts_in_
                    for e in events), events
     finally:
         engine.stop()
+
+
+def test_runner_demand_wakes_the_sleeping_node_its_provider_may_use_and_no_other(sim_factory, tmp_path):
+    # five nodes: pve1-3 full of guests, pve4 and pve5 asleep; the provider may not use pve4
+    data = scenario(nodes=5, start_time=None, boot="2s", github={"long_poll": "1s", "connect": "1s"},
+                    guests=[{"vmid": 100 + i, "name": f"app-{i}", "node": node, "memory": "40GiB", "mem_used": 1.0,
+                             "cpus": 4, "cpu": 0.05, "storage": "ceph"}
+                            for i, node in enumerate(("pve1", "pve2", "pve3"))])
+    for i in (3, 4):
+        data["nodes"][i].update({"wakeonlan": f"bc:24:11:19:00:0{i + 1}", "power": {"shutdown": "2s", "boot": "5s"}})
+    sim = sim_factory(data, clock_factor=1.0)
+    key = write_private_key(tmp_path / "app.pem")
+    config = write_config(tmp_path / "node", sim, api_token=TOKEN, balancing={"interval": "1s", "window": "3s"})
+    data = yaml.safe_load(config.read_text())
+    data["balancing"]["power"] = {"mode": "automatic", "nodes": ["pve4", "pve5"], "hold": "2s",
+                                  "wake_test_max_age": "off",
+                                  "allow_bare_majority": True, "headroom": {"spare_nodes": 0}, "wake_timeout": "60s"}
+    data["runners"] = {
+        "github": {"url": f"{sim.url}/my-org", "app_client_id": CLIENT_ID, "app_installation_id": INSTALLATION,
+                   "app_private_key_path": str(key), "tls": {"ca_file": sim.cert}},
+        "providers": [{"name": "pve", "type": "proxmox", "nodes": ["pve1", "pve2", "pve3", "pve5"],
+                       "runner": {"template": 9000, "pool": "runners"}}],
+        "scale_sets": [BIG], "reconcile_interval": "5s"}
+    config.write_text(yaml.safe_dump(data))
+    engine, client = start_engine(config)
+
+    def power():
+        return {n: v["state"] for n, v in sim.control("GET", "state")["power"].items()}
+    try:
+        wait_for(lambda: client.call("GET", "/api/runners").get("active"), timeout=30)
+        def sleeping():
+            return {n["node"]: n["since"] for n in client.call("GET", "/api/power")["nodes"]
+                    if n["state"] == "sleeping"}
+        asleep = wait_for(lambda: len(sleeping()) == 2 and sleeping(), timeout=90)
+        assert asleep["pve4"] < asleep["pve5"]            # pve4 is the longest asleep: it would be woken first
+        data["balancing"]["power"]["hold"] = "1h"          # no node sleeps again, for this test
+        config.write_text(yaml.safe_dump(data))
+        seen = sim.control("GET", "requests?since=0")[-1]["seq"]
+        [job] = gh(sim, "POST", "jobs", {"labels": ["keel-c2-m24"], "duration": 3})["ids"]
+
+        def the_job():
+            return next(j for j in gh(sim, "GET", "state")["jobs"] if j["id"] == job)
+        wait_for(lambda: the_job()["started_at"], timeout=120)
+        runner = next(r for r in gh(sim, "GET", "state")["runners"] if r["job_id"] == job)
+        vm = next(g for g in sim.client(TOKEN).get("/cluster/resources", type="vm") if g["vmid"] == runner["vmid"])
+        assert vm["node"] == "pve5"
+        woken = [r["path"] for r in sim.control("GET", f"requests?since={seen}")
+                 if r["method"] == "POST" and r["path"].endswith("/wakeonlan")]
+        assert woken == ["/nodes/pve5/wakeonlan"], woken
+        assert power()["pve4"] == "off"
+        events = client.call("GET", "/api/power")["events"]
+        assert [e["node"] for e in events if e["event"] == "waking"] == ["pve5"]
+    finally:
+        engine.stop()

@@ -459,3 +459,21 @@ def test_a_vm_of_cpu_type_host_moves_live_only_to_the_same_cpu_model(sim_factory
     assert "device 'cpu'" in log_text(pve, upid) and node_of(pve, 101) == "n1"
     upid = pve.nodes("n1").qemu(101).migrate.post(target="n2", online=1)
     assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "OK"
+
+
+def test_a_vm_bigger_than_half_the_targets_free_memory_fits_and_one_bigger_than_it_does_not(sim_factory):
+    sim = sim_factory({
+        "nodes": [{"name": "n1", "memory": "64GiB", "overhead_mem": "4GiB"},
+                  {"name": "n2", "memory": "64GiB", "overhead_mem": "4GiB"},
+                  {"name": "n3", "memory": "64GiB", "overhead_mem": "4GiB"}],
+        "storages": [{"storage": "ceph", "type": "rbd", "shared": True}],
+        "guests": [{"vmid": 100, "node": "n1", "memory": "40GiB", "mem_used": 1.0},    # 60 GiB free on n3
+                   {"vmid": 101, "node": "n2", "memory": "61GiB", "mem_used": 1.0}],
+        "users": [{"userid": "root@pam", "password": "secret"}]})
+    pve = sim.proxmox(user="root@pam", password="secret")
+    upid = pve.nodes("n1").qemu(100).migrate.post(target="n3", online=1)
+    assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "OK"          # its own reservation is not counted twice
+    assert node_of(pve, 100) == "n3"
+    upid = pve.nodes("n2").qemu(101).migrate.post(target="n1", online=1)
+    assert run_until_done(sim, pve, upid)[0]["exitstatus"] == "migration problems"
+    assert "Cannot allocate memory" in log_text(pve, upid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from keel import words
-from keel.balance.power_auto import SLEEP, WAKE, Hold, asleep_by_keel, decide
+from keel.balance.power_auto import SLEEP, WAKE, Demand, Hold, asleep_by_keel, decide
 from keel.balance.power_gates import Forecast
 from keel.balance.power_settings import parse
 
@@ -73,7 +73,7 @@ def test_wake_all_wakes_every_sleeping_node_and_runner_demand_wakes_at_once():
     d = decide(p, MONDAY + 7.5 * 3600 + 5, Hold(last_tick=MONDAY + 7.5 * 3600 - 5), 3, PLAN, load(), records, ["a"])
     assert d.action == WAKE and d.wake_all and set(d.nodes) == {"c", "d"}
     d = decide(p, MONDAY + 3600, Hold(last_tick=MONDAY + 3590), 3, PLAN, load(), records, ["a"],
-               demand="runner demand: scale set large: 2 job(s) wait")
+               demand=Demand("runner demand: scale set large: 2 job(s) wait"))
     assert d.action == WAKE and not d.wake_all and d.reason.startswith("runner demand")
 
 
@@ -87,7 +87,7 @@ def test_recommend_mode_and_a_job_under_way_act_on_nothing():
 
 def test_runner_demand_with_no_node_to_wake_puts_none_to_sleep():
     d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), {}, ["a", "c"],
-               demand="runner demand: scale set large: 1 job(s) wait")
+               demand=Demand("runner demand: scale set large: 1 job(s) wait"))
     assert d.action is None and "no node of Keel's is asleep" in d.reason
 
 
@@ -114,5 +114,72 @@ def test_maintenance_that_finds_no_room_asks_for_a_node():
     assert why and why.startswith("maintenance on a needs room") and "big (100)" in why and "102" not in why
     assert maintenance_demand(snap, set(), plan) is None
     d = decide(power(), MONDAY, Hold(), 3, None, load(), {"c": {"state": "asleep", "since": MONDAY}}, ["a", "b"],
-               demand=why)
+               demand=Demand(why))
     assert d.action == WAKE and d.nodes == ("c",) and d.reason == why
+
+
+# -- a Wake-on-LAN that PVE did not send: the node waits, another is woken ------------------
+
+def test_the_wait_after_a_failed_send_doubles_from_the_interval_up_to_an_hour():
+    from keel.balance.power_auto import RETRY_CAP_S, retry_after
+    assert [retry_after(k, 60.0) for k in (1, 2, 3, 4)] == [60.0, 120.0, 240.0, 480.0]
+    assert retry_after(30, 60.0) == RETRY_CAP_S == 3600.0
+    assert retry_after(1, 7200.0) == 3600.0            # never past the cap, whatever the interval
+
+
+def test_a_node_whose_wake_was_not_sent_waits_and_another_is_woken():
+    records = {"c": {"state": "asleep", "since": MONDAY - 600, "retry_at": MONDAY + 120, "wake_failures": 2},
+               "d": {"state": "asleep", "since": MONDAY}}
+    hot = load(cpu=0.9)
+    d = decide(power(), MONDAY, Hold(over_rounds=5), 1, None, hot, records, ["a", "b"])
+    assert d.action == WAKE and d.nodes == ("d",)
+    # only c is asleep: it is not tried before its time, and the reason says until when
+    only_c = {"c": records["c"]}
+    d = decide(power(), MONDAY, Hold(over_rounds=5), 1, None, hot, only_c, ["a", "b"])
+    assert d.action is None and "c is not woken again for 120 s" in d.reason and "failed 2 times" in d.reason
+    assert d.hold.over_rounds == 6                      # still over the line: tried once the wait ends
+    d = decide(power(), MONDAY + 120, d.hold, 1, None, hot, only_c, ["a", "b"])
+    assert (d.action, d.nodes) == (WAKE, ("c",))
+    # demand waits the same way
+    d = decide(power(), MONDAY, Hold(), 1, PLAN, load(), only_c, ["a", "b"], demand=Demand("runner demand: x"))
+    assert d.action is None and d.reason.startswith("runner demand: x; c is not woken again for 120 s")
+
+
+def test_a_wake_all_moment_tries_every_sleeping_node_waiting_or_not():
+    p = power(wake_all="mon 07:30")
+    records = {"c": {"state": "asleep", "since": MONDAY, "retry_at": MONDAY + 9 * 3600},
+               "d": {"state": "asleep", "since": MONDAY}}
+    d = decide(p, MONDAY + 7.5 * 3600 + 5, Hold(last_tick=MONDAY + 7.5 * 3600 - 5), 3, PLAN, load(), records, ["a"])
+    assert d.action == WAKE and d.wake_all and d.nodes == ("c", "d")
+
+
+def test_a_wake_all_moment_during_a_job_is_not_lost():
+    p = power(wake_all="mon 07:30")
+    records = {"c": {"state": "asleep", "since": MONDAY}, "d": {"state": "emptying", "since": MONDAY}}
+    before = MONDAY + 7.5 * 3600 - 5
+    d = decide(p, MONDAY + 7.5 * 3600 + 5, Hold(last_tick=before), 3, PLAN, load(), records, ["a", "d"])
+    assert d.action is None and d.hold.last_tick == before
+    records["d"] = {"state": "asleep", "since": MONDAY + 7.5 * 3600}
+    d = decide(p, MONDAY + 7.5 * 3600 + 60, d.hold, 3, PLAN, load(), records, ["a"])
+    assert d.action == WAKE and d.wake_all and set(d.nodes) == {"c", "d"}
+
+
+# -- runner demand names the nodes that would help ------------------------------------------
+
+def test_demand_wakes_only_a_sleeping_node_it_may_use_longest_asleep_first():
+    records = {"c": {"state": "asleep", "since": MONDAY - 600}, "d": {"state": "asleep", "since": MONDAY},
+               "e": {"state": "asleep", "since": MONDAY - 60}}
+    d = decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a"],
+               demand=Demand("runner demand: scale set big", frozenset({"a", "d", "e"})))
+    assert (d.action, d.nodes) == (WAKE, ("e", "d"))
+    d = decide(power(), MONDAY, Hold(), 3, PLAN, load(), records, ["a"], demand=Demand("runner demand: any"))
+    assert d.nodes == ("c", "e", "d")                   # unrestricted: every sleeping node
+
+
+def test_demand_none_of_whose_nodes_sleeps_wakes_none_and_says_so():
+    records = {"c": {"state": "asleep", "since": MONDAY}}
+    d = decide(power(), MONDAY, Hold(sleep_since=MONDAY - 9999), 1, PLAN, load(), records, ["a", "b"],
+               demand=Demand("runner demand: scale set big", frozenset({"a", "b", "x"})))
+    assert d.action is None and d.hold.sleep_since is None        # and none is put to sleep meanwhile
+    assert d.reason == ("runner demand: scale set big; no sleeping node is one it may use (asleep: c; "
+                        "it may use a, b, x): none is woken")

@@ -187,6 +187,22 @@ def test_maintenance_offline_and_ignored_nodes_are_not_candidates():
         "c": words.GATE_MAINTENANCE, "d": words.GATE_AWAKE, "e": words.GATE_POLICY}
 
 
+def test_a_node_whose_room_maintenance_elsewhere_needs_stays_awake():
+    # d in maintenance: its 40 GiB guest fits only on c (a and b nearly full)
+    nodes = [node(n, mem_gib=64) for n in "abcd"]
+    snap = cluster(nodes, [vm(100, "a", mem_gib=40), vm(101, "b", mem_gib=40), vm(102, "d", mem_gib=40, name="app")])
+    s = replace(settings(nodes=["c"], allow_bare_majority=True, headroom={"spare_nodes": 0}),
+                maintenance=frozenset({"d"}))
+    plan = plan_sleep(snap, facts(snap), s)
+    assert plan.verdict == words.ALL_AWAKE
+    [refusal] = plan.refusals
+    assert refusal.gate == words.GATE_MAINTENANCE and refusal.node == "c"
+    assert refusal.detail == "with it asleep, maintenance on d needs room: no awake node can take app (102)"
+    # once d is empty, c may sleep
+    snap = cluster(nodes, [vm(100, "a", mem_gib=40), vm(101, "b", mem_gib=40)])
+    assert plan_sleep(snap, facts(snap), s).sleep == ("c",)
+
+
 def test_a_never_sleep_window_keeps_every_node_awake():
     snap = six()                    # taken at 1_800_000_000: Friday 2027-01-15 08:00 UTC
     plan = plan_sleep(snap, facts(snap), settings(nodes=["c"], never_sleep="fri 07:00-19:00"))

@@ -27,6 +27,7 @@ from keel.balance.balancer import make_plan
 from keel.balance.history import History
 from keel.balance.loads import CPU, MEM, Samples
 from keel.balance.plan import Plan
+from keel.balance.power_auto import maintenance_demand
 from keel.balance.power_gates import Forecast, Refusal
 from keel.balance import power_gates as gates
 from keel.balance.rules import eligible_nodes
@@ -195,6 +196,7 @@ def plan_sleep(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSetting
             if refusal is not None and refusal.node != name:
                 refusal = replace(refusal, node=name, detail=f"with {name} asleep too, {refusal.node}'s "
                                                              f"guests have nowhere to go: {refusal.detail}")
+            refusal = refusal or _maintenance_room(name, snapshot, settings, history, plan)
         fc: list[Forecast] = []
         if refusal is None:
             fc = forecast(snapshot, settings, trial, plan, history, samples)
@@ -232,6 +234,13 @@ def _node_gate(name: str, snapshot: Snapshot, facts: PowerFacts, settings: Balan
         return Refusal(words.GATE_MAINTENANCE, name, "it is in maintenance: someone is working on it")
     return (gates.api_node(name, facts) or gates.lease(name, lease_holder) or gates.wake_on_lan(name, facts)
             or gates.ha(name, snapshot))
+
+
+def _maintenance_room(name: str, snapshot: Snapshot, settings: BalancingSettings, history: History,
+                      plan: Plan) -> Refusal | None:
+    """Guests of a node in Keel's maintenance that, with ``name`` asleep, would find no room."""
+    why = maintenance_demand(snapshot, set(settings.maintenance) | set(history.maintenance), plan)
+    return Refusal(words.GATE_MAINTENANCE, name, f"with it asleep, {why}") if why else None
 
 
 def _stays(snapshot: Snapshot, chosen: list[str], evac: Plan, notices: list[str]) -> None:

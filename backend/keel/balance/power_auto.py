@@ -9,8 +9,13 @@ did to each node (``power_exec``'s records) and the hold carried from the last r
   ``headroom.cpu``/``memory``, or N+1 lost) for ``balancing.hold`` rounds in a row, as
   the balancer holds; one when runner demand does not fit anywhere (no hold: jobs wait).
   The same when maintenance elsewhere needs room (``maintenance_demand``: a guest on a node
-  in maintenance that the balancer finds no room for).
-  The job tries them in order: one that does not come back is reported and the next woken.
+  in maintenance that the balancer finds no room for).  A ``Demand`` may name the nodes that
+  would help (the runners' providers may place on some nodes only): only those are woken.
+  The job tries them in order: one that does not come back is reported and the next woken;
+  at a ``wake_all`` moment the job wakes them all at once.
+* **Back off** from a node whose Wake-on-LAN PVE did not send (``retry_at`` in its record,
+  ``retry_after``): it is not woken again before then (but at a ``wake_all`` moment), and
+  another sleeping node is woken instead when there is one.
 * **Finish** the wake of a node that did not wake in time but is back now (it woke late).
 * **Sleep** the plan's first node once the plan has said ``SLEEP`` for ``power.hold``
   without a break (the time it first said so is carried in ``Hold``); one node a round,
@@ -29,6 +34,20 @@ from keel.balance.power_settings import PowerSettings
 
 SLEEP, WAKE = "sleep", "wake"
 TRANSIENT = ("emptying", "shutting down", "waking")     # a job of Keel's is (or was) under way
+RETRY_CAP_S = 3600.0           # the longest wait before a node whose Wake-on-LAN failed is tried again
+
+
+def retry_after(failures: int, interval_s: float, cap_s: float = RETRY_CAP_S) -> float:
+    """How long to wait before waking a node again after ``failures`` Wake-on-LAN sends in a
+    row that PVE did not make: one ``balancing.interval``, doubling each time, at most ``cap_s``."""
+    return min(cap_s, interval_s * 2 ** max(0, failures - 1))
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Why a node is needed now (no hold), and which nodes would help (None: any)."""
+    reason: str
+    nodes: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,15 +87,32 @@ def asleep_by_keel(records: Mapping[str, Mapping[str, Any]], online: Iterable[st
     return [n for _, n in sorted(found)]
 
 
+def waiting(records: Mapping[str, Mapping[str, Any]], nodes: Iterable[str], now: float) -> list[str]:
+    """Of ``nodes``, those not to be woken yet: their Wake-on-LAN failed and ``retry_at`` is to come."""
+    return [n for n in nodes if float((records.get(n) or {}).get("retry_at") or 0) > now]
+
+
+def _waits(records: Mapping[str, Mapping[str, Any]], nodes: list[str], now: float) -> str:
+    parts = []
+    for n in nodes:
+        r = records[n]
+        failures = int(r.get("wake_failures") or 1)
+        parts.append(f"{n} is not woken again for {float(r['retry_at']) - now:.0f} s (PVE did not send its "
+                     f"Wake-on-LAN packet: failed {failures} time{'s' if failures != 1 else ''} in a row)")
+    return "; ".join(parts)
+
+
 def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan: Any,
            current: list[Forecast], records: Mapping[str, Mapping[str, Any]], online: Iterable[str],
-           demand: str | None = None) -> Decision:
+           demand: Demand | None = None) -> Decision:
     """``plan``: the consolidation plan now (``PowerPlan``), or None when none was made;
     ``current``: the awake nodes' load as it is; ``hold_rounds``: ``balancing.hold``;
     ``demand``: why a node is needed now, no hold (runners: a size that fits nowhere while jobs
-    queue; maintenance elsewhere that needs room)."""
+    queue; maintenance elsewhere that needs room), and which nodes would help."""
     online = set(online)
     asleep = asleep_by_keel(records, online)
+    backing_off = waiting(records, asleep, now)
+    ready = [n for n in asleep if n not in backing_off]
     last = hold.last_tick if hold.last_tick is not None else now
     if power.mode != "automatic":
         return Decision(None, (), f"balancing.power.mode is {power.mode}: Keel does not sleep or wake nodes "
@@ -84,23 +120,36 @@ def decide(power: PowerSettings, now: float, hold: Hold, hold_rounds: int, plan:
     late = [n for n, r in records.items() if r.get("state") == "did not wake" and n in online]
     if late:
         return Decision(WAKE, (late[0],), f"{late[0]} came back after its wake was given up: its wake is "
-                                          f"finished (out of HA maintenance, noout)", Hold(last_tick=now))
+                                          f"finished (out of HA maintenance, noout)", Hold(last_tick=last))
     if any(r.get("state") in TRANSIENT for r in records.values()):
         busy = next(n for n, r in records.items() if r.get("state") in TRANSIENT)
-        return Decision(None, (), f"{busy} is {records[busy]['state']}", Hold(hold.sleep_since, hold.over_rounds, now))
+        # last_tick stays: a wake_all moment that comes meanwhile is seen once the job is over
+        return Decision(None, (), f"{busy} is {records[busy]['state']}", Hold(hold.sleep_since, hold.over_rounds, last))
     if asleep and power.wake_all_due(last, now):
         return Decision(WAKE, tuple(asleep), "a wake_all moment came: every sleeping node wakes", Hold(last_tick=now),
                         wake_all=True)
     over = gates.headroom(current, power, "") if current else None
     rounds = hold.over_rounds + 1 if over is not None else 0
     if demand:
-        if asleep:
-            return Decision(WAKE, tuple(asleep), demand, Hold(last_tick=now))
-        return Decision(None, (), f"{demand}; no node of Keel's is asleep to wake",
-                        Hold(None, rounds, now))
+        if not asleep:
+            return Decision(None, (), f"{demand.reason}; no node of Keel's is asleep to wake",
+                            Hold(None, rounds, now))
+        useful = [n for n in asleep if demand.nodes is None or n in demand.nodes]
+        if not useful:
+            assert demand.nodes is not None
+            return Decision(None, (), f"{demand.reason}; no sleeping node is one it may use (asleep: "
+                                      f"{', '.join(asleep)}; it may use {', '.join(sorted(demand.nodes))}): "
+                                      f"none is woken", Hold(None, rounds, now))
+        now_ready = [n for n in useful if n in ready]
+        if not now_ready:
+            return Decision(None, (), f"{demand.reason}; {_waits(records, useful, now)}", Hold(None, rounds, now))
+        return Decision(WAKE, tuple(now_ready), demand.reason, Hold(last_tick=now))
     if over is not None and asleep:
         if rounds >= max(1, hold_rounds):
-            return Decision(WAKE, tuple(asleep), f"the awake nodes passed the headroom line: {over.detail}",
+            if not ready:
+                return Decision(None, (), f"the awake nodes passed the headroom line: {over.detail}; "
+                                          f"{_waits(records, asleep, now)}", Hold(None, rounds, now))
+            return Decision(WAKE, tuple(ready), f"the awake nodes passed the headroom line: {over.detail}",
                             Hold(last_tick=now))
         return Decision(None, (), f"the awake nodes passed the headroom line for {rounds} of "
                                   f"{max(1, hold_rounds)} rounds: {over.detail}", Hold(None, rounds, now))

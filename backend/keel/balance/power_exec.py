@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
+from keel.balance import power_auto
 from keel.balance import power_gates as gates
 from keel.balance.executor import Executor
 from keel.balance.power import PowerPlan
@@ -189,33 +190,94 @@ class PowerRun:
     # -- wake ---------------------------------------------------------------------------
 
     def wake_node(self, node: str) -> None:
+        """Wake ``node`` and wait until it is back (``wake_nodes`` with one node); raises what
+        kept it asleep."""
+        failed = self.wake_nodes((node,))
+        if node in failed:
+            raise failed[node]
+
+    def wake_nodes(self, nodes: Iterable[str]) -> dict[str, KeelError]:
+        """Wake ``nodes`` together: every Wake-on-LAN packet first, then one wait in which each
+        node has ``wake_timeout`` from its packet; each is finished as soon as it is back.
+        Answers, for each node that did not wake, why: PVE did not send its packet (the node
+        then waits ``retry_at`` before Keel wakes it again by itself), or it did not come back
+        in time (``did not wake``).  A lost lease or a cancel is raised."""
+        power = self.settings.power
+        failed: dict[str, KeelError] = {}
+        deadlines: dict[str, float] = {}
+        for node in nodes:
+            try:
+                if self._send(node):
+                    deadlines[node] = self.clock() + power.wake_timeout_s
+                else:
+                    self._back(node, woken=False)
+            except (FencedError, CancelledError):
+                raise
+            except KeelError as err:
+                failed[node] = err
+        while deadlines:
+            for node in sorted(deadlines, key=deadlines.__getitem__):
+                if self._online(node):
+                    del deadlines[node]
+                    self._wake_tested(node)
+                    self._back(node, woken=True)
+                elif self.clock() >= deadlines[node]:
+                    del deadlines[node]
+                    failed[node] = self._did_not_wake(node)
+            if not deadlines:
+                break
+            if self.cancel is not None and self.cancel.is_set():
+                raise CancelledError(f"the wait for {', '.join(sorted(deadlines))} to wake was cancelled")
+            self.sleep(self.poll_s)
+        return failed
+
+    def _send(self, node: str) -> bool:
+        """The Wake-on-LAN packet for ``node``, unless it is up (False).  When PVE does not send
+        it, the node waits before Keel wakes it again (``retry_at``) and the error is raised."""
         power = self.settings.power
         record = self.records().get(node, {})
         if record.get("state") == "shutting down" and self._online(node):   # a sleep cut short: let it end
             self._wait("the shutdown", lambda: not self._online(node), power.wake_timeout_s)
-        if not self._online(node):
-            if record.get("state") == "asleep" and record.get("since"):
-                asleep = dict(self.book.get(ASLEEP_S, {}) or {})
-                asleep[node] = float(asleep.get(node, 0.0)) + max(0.0, self.clock() - float(record["since"]))
-                self.book.put(ASLEEP_S, asleep)
-            self._act(f"the Wake-on-LAN packet for {node}")
+        if self._online(node):
+            return False
+        self._act(f"the Wake-on-LAN packet for {node}")
+        try:
             mac = pve_power.wake(self.client, node)
-            self._record(node, state="waking", since=self.clock(), job=self.job_id)
-            self._event(node, "waking", f"Wake-on-LAN sent to {mac}")
-            if not self._wait("wake", lambda: self._online(node), power.wake_timeout_s):
-                self._record(node, state="did not wake", since=self.clock())
-                self.book.put(FAILED_WAKES, int(self.book.get(FAILED_WAKES, 0) or 0) + 1)
-                self._event(node, "did not wake", f"not back within {power.wake_timeout_s:.0f} s of its "
-                                                  f"Wake-on-LAN packet: check it (power, BIOS, NIC)")
-                raise TaskFailedError(f"{node} did not come back within {power.wake_timeout_s:.0f} s of its "
-                                      f"Wake-on-LAN packet; it is reported and not woken again by Keel until "
-                                      f"asked (keel power wake {node})")
-            self._wake_tested(node)
-        elif record.get("state") in (None, "awake"):
+        except (FencedError, CancelledError):
+            raise
+        except KeelError as err:
+            failures = int(record.get("wake_failures") or 0) + 1
+            wait_s = power_auto.retry_after(failures, self.settings.interval_s)
+            self._record(node, wake_failures=failures, retry_at=self.clock() + wait_s, wake_error=str(err))
+            self._event(node, "wake failed", f"PVE did not send the Wake-on-LAN packet ({err}); Keel does not "
+                                             f"wake it again by itself for {wait_s:.0f} s")
+            raise
+        if record.get("state") == "asleep" and record.get("since"):
+            asleep = dict(self.book.get(ASLEEP_S, {}) or {})
+            asleep[node] = float(asleep.get(node, 0.0)) + max(0.0, self.clock() - float(record["since"]))
+            self.book.put(ASLEEP_S, asleep)
+        self._record(node, state="waking", since=self.clock(), job=self.job_id, wake_failures=0, retry_at=None,
+                     wake_error=None)
+        self._event(node, "waking", f"Wake-on-LAN sent to {mac}")
+        return True
+
+    def _did_not_wake(self, node: str) -> TaskFailedError:
+        power = self.settings.power
+        self._record(node, state="did not wake", since=self.clock())
+        self.book.put(FAILED_WAKES, int(self.book.get(FAILED_WAKES, 0) or 0) + 1)
+        self._event(node, "did not wake", f"not back within {power.wake_timeout_s:.0f} s of its "
+                                          f"Wake-on-LAN packet: check it (power, BIOS, NIC)")
+        return TaskFailedError(f"{node} did not come back within {power.wake_timeout_s:.0f} s of its "
+                               f"Wake-on-LAN packet; it is reported and not woken again by Keel until "
+                               f"asked (keel power wake {node})")
+
+    def _back(self, node: str, woken: bool) -> None:
+        """``node`` is up: finish its wake (out of HA maintenance, noout), or say it was awake."""
+        if not woken and self.records().get(node, {}).get("state") in (None, "awake"):
             self.say(f"{node} is awake")
             return
         self._undo(node)
-        self._record(node, state="awake", since=self.clock())
+        self._record(node, state="awake", since=self.clock(), wake_failures=0, retry_at=None, wake_error=None)
         self._event(node, "awake", "awake and back in the cluster")
 
     def _wake_tested(self, node: str) -> None:

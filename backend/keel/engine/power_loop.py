@@ -154,7 +154,8 @@ class PowerLoop:
         online = [n for n, node in snap.nodes.items() if node.online]
         if e.leader and self._finish_stuck():
             return self.last
-        demand = self.runner_demand() or self._maintenance_demand(snap, history, samples)
+        runners = self.runner_demand()
+        demand = runners or self._maintenance_demand(snap, history, samples)
         hold = auto.Hold.from_json(self.book.get(HOLD))
         decision = auto.decide(power, now, hold, settings.hold, plan, current, self.records(), online, demand)
         handing = decision.action == auto.SLEEP and decision.nodes[0] == e.node
@@ -171,11 +172,13 @@ class PowerLoop:
                 elif decision.action == auto.SLEEP:
                     self.sleep(decision.nodes[0], by, decision.reason, wait_s=0.0)
                 else:
-                    demand = decision.reason.startswith("runner demand")
+                    for_runners = runners is not None and decision.reason == runners.reason
                     self.wake(decision.nodes, by, decision.reason, wake_all=decision.wake_all, wait_s=0.0,
-                              after=self._room_made if demand else None)
+                              after=self._room_made if for_runners else None)
             except BusyError as err:
                 log.info("power: %s waits: %s", decision.action, err)
+                if decision.action == auto.WAKE:     # the last hold stays: a wake_all moment is not lost
+                    self.book.put(HOLD, hold.to_json())
         return self.last
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -261,8 +264,9 @@ class PowerLoop:
 
     def wake(self, nodes: tuple[str, ...], by: str, reason: str, wake_all: bool = False,
              wait_s: float = EXECUTE_WAIT_S, after: Any = None) -> Job:
-        """Wake ``nodes`` in turn until one is back (each that does not come back within
-        ``wake_timeout`` is reported and the next one woken), or all of them (``wake_all``)."""
+        """Wake ``nodes`` in turn until one is back (each that PVE did not send a packet to, or
+        that does not come back within ``wake_timeout``, is reported and the next one woken),
+        or all of them at once (``wake_all``: every packet first, then one wait)."""
         for node in nodes:
             self._known(node)
         plan = PowerPlan("WAKE", f"wake {', '.join(nodes)}: {reason}", self.engine.config.balancing.power.mode,
@@ -270,20 +274,22 @@ class PowerLoop:
 
         def body(job: Job) -> None:
             run = self._run(job, reason)
-            woke, failed = [], []
-            for node in nodes:
-                try:
-                    run.wake_node(node)
-                    woke.append(node)
-                except TaskFailedError as err:
-                    failed.append(f"{node}: {err}")
-                    continue
-                if not wake_all:
-                    break
+            failed: dict[str, KeelError] = {}
+            woke: list[str] = []
+            if wake_all:
+                failed = run.wake_nodes(nodes)
+                woke = [n for n in nodes if n not in failed]
+            else:
+                for node in nodes:
+                    failed.update(run.wake_nodes((node,)))
+                    if node not in failed:
+                        woke.append(node)
+                        break
             if woke and after is not None:
                 after()
             if failed:
-                raise TaskFailedError("; ".join(failed) + (f"; woken instead: {', '.join(woke)}" if woke else ""))
+                raise TaskFailedError("; ".join(f"{n}: {err}" for n, err in failed.items())
+                                      + (f"; woken instead: {', '.join(woke)}" if woke else ""))
         return self._start("power-wake", by, plan, nodes, body, wait_s)
 
     # -- runner demand ------------------------------------------------------------------------
@@ -292,9 +298,10 @@ class PowerLoop:
         runners = getattr(self.engine.config, "runners", None)
         return {p.name for p in getattr(runners, "providers", ()) if p.url is None and not p.disabled}
 
-    def runner_demand(self) -> str | None:
+    def runner_demand(self) -> auto.Demand | None:
         """Why the runners need a node woken: a scale set with jobs waiting that every one of
-        its providers refused as full, all of them on this cluster (``runners.placement``)."""
+        its providers refused as full, all of them on this cluster (``runners.placement``);
+        with the nodes its providers may place on (None: any node, a provider without ``nodes``)."""
         running = self.engine.runners
         if running is None:
             return None
@@ -307,12 +314,16 @@ class PowerLoop:
                 continue
             names = {p.name for p in spec.providers}
             if names <= local and names <= {b["provider"] for b in full}:
-                return (f"runner demand: scale set {ss['name']}: {ss['waiting']} job(s) wait and no awake node has room "
-                        f"({full[0].get('message') or 'full'})")
+                providers = [settings.provider(name) for name in sorted(names)]
+                nodes = None if any(p is None or not p.nodes for p in providers) else frozenset(
+                    n for p in providers if p is not None for n in p.nodes)
+                return auto.Demand(f"runner demand: scale set {ss['name']}: {ss['waiting']} job(s) wait and no "
+                                   f"awake node has room ({full[0].get('message') or 'full'})", nodes)
         return None
 
-    def _maintenance_demand(self, snap: Any, history: Any, samples: Any) -> str | None:
-        """Nodes in maintenance (Keel's) with running guests the balancer finds no room for."""
+    def _maintenance_demand(self, snap: Any, history: Any, samples: Any) -> auto.Demand | None:
+        """Nodes in maintenance (Keel's) with running guests the balancer finds no room for;
+        any node not in maintenance would help."""
         e = self.engine
         settings = e.config.balancing
         maintenance = set(settings.maintenance) | set(history.maintenance)
@@ -320,7 +331,8 @@ class PowerLoop:
             return None
         plan = make_plan(snap, replace(settings, limits=replace(settings.limits, moves=0)), history, e.clock(),
                          samples, configs=guestconfig.Reader(e.client, e.clock))
-        return auto.maintenance_demand(snap, maintenance, plan)
+        why = auto.maintenance_demand(snap, maintenance, plan)
+        return auto.Demand(why, frozenset(n for n in snap.nodes if n not in maintenance)) if why else None
 
     def _room_made(self) -> None:
         """A node woke for the runners: their "full" waits on this cluster end at once."""
@@ -393,6 +405,8 @@ class PowerLoop:
             keel = r.get("state")
             n["keel_state"], n["since"] = keel, r.get("since")
             n["wake_test"] = last_wake_test(n["node"], tests)
+            n["retry_at"] = r.get("retry_at") if float(r.get("retry_at") or 0) > now else None
+            n["wake_error"] = r.get("wake_error") if n["retry_at"] else None
             if keel == "asleep" and n["power"] != words.AWAKE and r.get("since"):
                 asleep_s[n["node"]] = float(asleep_s.get(n["node"], 0.0)) + max(0.0, now - float(r["since"]))
             n["state"] = (keel if keel in ("emptying", "shutting down", "waking", "did not wake")

@@ -201,6 +201,8 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
             log(t0, error, error=True)
         cluster.schedule(t0 + 0.5, lambda: end("aborted", error))
         return task
+    # the target's free memory before this migration reserves the guest's there
+    target_free = cluster.nodes[target].spec.memory - cluster.node_usage(target)[1]
     if restarted:   # restart mode shuts the container down at the end of prepare
         log(t0, f"shutdown CT {guest.vmid}")
     log(t0 + (3.0 if restarted else 0.0), starting)
@@ -218,8 +220,7 @@ def start_migration(cluster: Cluster, guest: SimGuest, target: str, user: str, *
         if refused:
             cluster.schedule(t, lambda: end("problems", refused))
             return task
-        free = cluster.nodes[target].spec.memory - cluster.node_usage(target)[1]
-        if mem_used > free:
+        if mem_used > target_free:
             cluster.schedule(t, lambda: end("problems", "failed to start VM on target node: kvm: "
                                                         "cannot set up guest memory 'pc.ram': "
                                                         "Cannot allocate memory"))
