@@ -22,6 +22,7 @@ from .test_power_sleep import HA_COMMAND, POWER
 
 SECRET = "19191919-0000-4000-8000-0000000000aa"
 OLD, NEW = "pve7", "pve2"           # the leader's node, the only one that may sleep; another node
+OTHER = "pve6"                      # dearer to empty than pve7
 
 
 @pytest.fixture
@@ -45,8 +46,8 @@ def cluster(tmp_path, monkeypatch):
     sim.stop()
 
 
-def config(tmp_path, sim, name):
-    power = {"mode": "automatic", "nodes": [OLD], "hold": "3s", "wake_timeout": "15s",
+def config(tmp_path, sim, name, nodes=(OLD,)):
+    power = {"mode": "automatic", "nodes": list(nodes), "hold": "3s", "wake_timeout": "15s",
              "headroom": {"cpu": "40%"}, "wake_test_max_age": "off"}
     pmxcfs = tmp_path / "pmxcfs"
     return write_config(tmp_path / name, sim, node=name, lock=pmxcfs / "lock" / "keel-leader", shared=pmxcfs / "keel",
@@ -97,3 +98,23 @@ def test_the_leader_hands_its_lease_over_and_the_next_leader_sleeps_its_node(clu
         old.stop()
         if new is not None:
             new.stop()
+
+
+def test_a_hand_over_no_engine_takes_lets_another_node_sleep_instead(cluster, tmp_path):
+    """The only engine leads on pve7, the cheaper of pve7 and pve6 to empty: it hands its
+    lease over, nobody takes it, it leads again after the expiry, and then plans with the
+    lease gate (for the quiet time after a hand-over), so pve6 sleeps in its stead."""
+    cluster.control("POST", f"nodes/{OTHER}", {"next_wake": "normal"})
+    quiet(cluster)
+    engine, client = start_engine(config(tmp_path, cluster, OLD, nodes=(OLD, OTHER)))
+    try:
+        wait_for(lambda: off(cluster) == [OTHER], timeout=150)
+        assert leads(client)
+        book = json.loads((tmp_path / "pmxcfs" / "keel" / "power.json").read_text())
+        handed = [e for e in book["power_events"] if e["event"] == "lease handed over"]
+        assert [e["node"] for e in handed] == [OLD]
+        shutdowns = [e["path"] for e in cluster.requests_log() if e["method"] == "POST"
+                     and e["path"].endswith("/status")]
+        assert shutdowns and set(shutdowns) == {f"/nodes/{OTHER}/status"}
+    finally:
+        engine.stop()

@@ -147,7 +147,9 @@ class PowerLoop:
         history = e.store.history(now)
         samples = e.store.samples(now - settings.window_s) or None
         # automatic: the lease gate is set aside, the leader hands its lease over to sleep its own node
-        holder = None if power.mode == "automatic" else e.node
+        # (not while a hand-over of this node no other engine took is recent: then the lease gate
+        # holds, so that the plan picks another node rather than this one again)
+        holder = None if power.mode == "automatic" and not self._handed_over_recently(e.node, now) else e.node
         plan = plan_sleep(snap, facts, settings, now, history, samples, holder, guestconfig.Reader(e.client, e.clock),
                           wake_tests=self.wake_tests())
         current = forecast(snap, settings, (), None, history, samples)
@@ -236,17 +238,22 @@ class PowerLoop:
                 run.sleep_node(plan)
         return self._start("power-test" if test else "power-sleep", by, plan, (node,), body, wait_s)
 
+    def _handed_over_recently(self, node: str, now: float) -> bool:
+        """Whether this node's lease was handed over lately (within the power hold, or
+        ``HANDED_OVER_EXPIRIES`` lease expiries) and it leads again: no other engine took it."""
+        e = self.engine
+        last = self.book.get(HANDED_OVER) or {}
+        quiet_s = max(e.config.balancing.power.hold_s, HANDED_OVER_EXPIRIES * e.engine_settings.lock_expiry_s)
+        return isinstance(last, dict) and last.get("node") == node and now - float(last.get("time") or 0) < quiet_s
+
     def hand_over(self, node: str, reason: str) -> None:
         """The plan would sleep the leader's own node: give the lease up, so that another
         node's engine leads and sleeps it (the hold is in the book).  Not again while no
         other engine took the last one (this engine leads again soon after)."""
         e = self.engine
         now = e.clock()
-        last = self.book.get(HANDED_OVER) or {}
-        quiet_s = max(e.config.balancing.power.hold_s, HANDED_OVER_EXPIRIES * e.engine_settings.lock_expiry_s)
-        if isinstance(last, dict) and last.get("node") == node and now - float(last.get("time") or 0) < quiet_s:
-            log.info("power: %s stays awake: its lease was handed over %.0f s ago and no other engine took it",
-                     node, now - float(last.get("time") or 0))
+        if self._handed_over_recently(node, now):
+            log.info("power: %s stays awake: its lease was handed over lately and no other engine took it", node)
             return
         if not e._execute.acquire(blocking=False):
             raise BusyError("a plan is being carried out; the lease is handed over after it")
