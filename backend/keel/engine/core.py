@@ -124,9 +124,8 @@ class Engine:
         self.leadership.require()
 
     def hand_over(self, reason: str) -> None:
-        """Give up the lease so that another node's engine leads (power saving's hand-over,
-        docs/power.md): the runners stop first, while no job runs (the caller holds the
-        execution lock); no new take for the lease's expiry."""
+        """Give up the lease so that another node leads (power's hand-over, docs/power.md): the
+        runners stop first, no job runs (the caller holds the execution lock)."""
         with self._runners_lock:                  # the lease loop starts none meanwhile
             self._stop_runners_locked()
             self.leadership.hand_over(reason, self.engine_settings.lock_expiry_s)
