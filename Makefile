@@ -32,7 +32,7 @@ demo: $(STAMP) ui
 	@$(PY) tools/fetch-npm www || true
 	$(VENV)/bin/keel demo --harness www $(DEMO_ARGS)
 
-# The whole suite: 10-20 minutes on 2 cores (docs/development.md).
+# The whole suite: about 35 minutes on 2 cores (docs/development.md).
 test: $(STAMP) $(EXTJS) ui
 	$(PY) -m pytest -q
 
