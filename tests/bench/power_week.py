@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
@@ -52,6 +51,7 @@ import yaml  # noqa: E402
 
 import instances  # noqa: E402
 from conftest import python_env, start_sim  # noqa: E402
+from integration.test_power_sleep import fake_ha_manager  # noqa: E402
 from keel.engine.client import EngineClient  # noqa: E402
 from service_helpers import write_config  # noqa: E402
 
@@ -67,16 +67,6 @@ SAMPLE_SIM_S = 60.0                     # aim: one sample a simulated minute
 SPLIT_S = 900.0                         # an affinity bundle split longer than this is a violation
 STATE_EVERY = 5                         # /_sim/state every 5th sample (power, Ceph); resources every one
 ENGINE_POLL_S = 0.1                     # see start_engine()
-HA_COMMAND = '''
-import json, ssl, sys, urllib.request
-url, cert = URL, CERT
-assert sys.argv[1:3] == ["crm-command", "node-maintenance"], sys.argv
-action, node = sys.argv[3:5]
-request = urllib.request.Request(f"{url}/_sim/nodes/{node}", method="POST",
-                                 data=json.dumps({"maintenance": action == "enable"}).encode(),
-                                 headers={"Content-Type": "application/json"})
-urllib.request.urlopen(request, context=ssl.create_default_context(cafile=cert)).read()
-'''
 
 
 # -- the scenario ---------------------------------------------------------------------------
@@ -327,12 +317,7 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
     path = tmp / "power-week.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     sim = start_sim(path, tmp / "sim", clock_factor=factor)
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    script = bin_dir / "ha-manager"
-    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
-    script.chmod(0o755)
-    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["PATH"] = fake_ha_manager(sim, tmp / "bin")       # the integration tests' ha-manager
     pve = sim.client(TOKEN)
     sizes = {n["name"]: (n["cpus"], NODE_GIB) for n in data["nodes"]}
     week = Week(rules, sizes)

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 
 import pytest
 
 from conftest import start_sim
 from service_helpers import start_engine, wait_for, write_config
-from .test_power_sleep import HA_COMMAND, POWER, TOKEN
+from .test_power_sleep import fake_ha_manager, POWER, TOKEN
 
 SLEEPERS = ["pve5", "pve6", "pve7", "pve8"]
 
@@ -24,12 +23,7 @@ def cluster(tmp_path, monkeypatch):
     sim = start_sim(POWER, tmp_path / "sim", clock_factor=60)
     for n in SLEEPERS:
         sim.control("POST", f"nodes/{n}", {"next_wake": "normal"})     # no late boot by chance
-    bin_dir = tmp_path / "bin"                 # the fake ha-manager (test_power_sleep), for the engine too
-    bin_dir.mkdir()
-    script = bin_dir / "ha-manager"
-    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("PATH", fake_ha_manager(sim, tmp_path / "bin"))      # test_power_sleep's
     yield sim
     sim.stop()
 

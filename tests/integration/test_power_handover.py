@@ -9,8 +9,6 @@ PVE after its release."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 import yaml
@@ -18,7 +16,7 @@ import yaml
 from conftest import start_sim
 from service_helpers import start_engine, wait_for, write_config
 from .test_power_engine import busy, off, quiet
-from .test_power_sleep import HA_COMMAND, POWER
+from .test_power_sleep import fake_ha_manager, POWER
 
 SECRET = "19191919-0000-4000-8000-0000000000aa"
 OLD, NEW = "pve7", "pve2"           # the leader's node, the only one that may sleep; another node
@@ -36,12 +34,7 @@ def cluster(tmp_path, monkeypatch):
     scenario.write_text(yaml.safe_dump(data))
     sim = start_sim(scenario, tmp_path / "sim", clock_factor=60)
     sim.control("POST", f"nodes/{OLD}", {"next_wake": "normal"})
-    bin_dir = tmp_path / "bin"                 # the fake ha-manager (test_power_sleep), for the engines
-    bin_dir.mkdir()
-    script = bin_dir / "ha-manager"
-    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("PATH", fake_ha_manager(sim, tmp_path / "bin"))      # test_power_sleep's
     yield sim
     sim.stop()
 

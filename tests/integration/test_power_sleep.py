@@ -45,15 +45,19 @@ def cluster(tmp_path):
     sim.stop()
 
 
+def fake_ha_manager(sim, folder: Path) -> str:
+    """Writes the fake ``ha-manager`` for ``sim`` into ``folder``: the PATH to use, it first."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "ha-manager"
+    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
+    script.chmod(0o755)
+    return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 @pytest.fixture(autouse=True)
 def ha_manager(cluster, tmp_path, monkeypatch):
     """A fake ``ha-manager`` first on PATH, for the simulator."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "ha-manager"
-    script.write_text(f"#!{sys.executable}\nURL, CERT = {cluster.url!r}, {str(cluster.cert)!r}\n" + HA_COMMAND)
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("PATH", fake_ha_manager(cluster, tmp_path / "bin"))
 
 
 def keel(sim, tmp_path: Path, *argv: str, **power):

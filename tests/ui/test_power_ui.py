@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 import pytest
 
 from conftest import start_sim
-from integration.test_power_sleep import HA_COMMAND, POWER, TOKEN
+from integration.test_power_sleep import fake_ha_manager, POWER, TOKEN
 from service_helpers import services, wait_for, write_config
 from ui.conftest import WWW, UiStack, _prerequisites, screenshot, select_tab
 
@@ -26,13 +25,8 @@ def power_stack(tmp, mode):
     pve8 and keel-web serving the harness: the UI tests' stack (test_power_actions_ui too)."""
     _prerequisites()
     sim = start_sim(POWER, tmp / "sim", 60)
-    bin_dir = tmp / "bin"                          # the fake ha-manager, as in test_power_sleep
-    bin_dir.mkdir()
-    script = bin_dir / "ha-manager"
-    script.write_text(f"#!{sys.executable}\nURL, CERT = {sim.url!r}, {str(sim.cert)!r}\n" + HA_COMMAND)
-    script.chmod(0o755)
     path = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"
+    os.environ["PATH"] = fake_ha_manager(sim, tmp / "bin")      # as in test_power_sleep
     try:
         for n in ("pve5", "pve6", "pve7", "pve8"):
             sim.control("POST", f"nodes/{n}", {"next_wake": "normal"})
