@@ -126,6 +126,8 @@ def _printer(env: Any, as_json: bool) -> Any:
             mark = {"done": "ok", "failed": f"FAILED: {event['error']}"}.get(event["event"], event["error"])
             env.stdout.write(f"  [{event['completed']}/{event['total']}] {event['vmid']} {event['name']} "
                              f"on {event['target']}: {mark}\n")
+        elif event["event"] == "power":            # a power job's step (keel power sleep|wake|test)
+            env.stdout.write(f"{event['detail']}\n")
         elif event["event"] == "slow":
             env.stdout.write(f"  slow    {event['vmid']} {event['name']}: {event['detail']}\n")
         elif event["event"] == "plan" and event.get("total"):

@@ -128,7 +128,7 @@ def follow(engine: EngineClient, job: dict[str, Any], env: Any, printer: Callabl
         while True:
             state = engine.call("GET", f"/api/jobs/{job['id']}?since={since}")
             for event in state["events"]:
-                if event.get("event") in ("plan", "start", "done", "failed", "not_started", "slow"):
+                if event.get("event") in ("plan", "start", "done", "failed", "not_started", "slow", "power"):
                     printer(event)
             since = state["next"]
             if state["state"] not in ("running", "cancelling"):

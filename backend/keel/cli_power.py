@@ -1,7 +1,12 @@
 """``keel power status`` and ``keel power plan``: power saving's view of the cluster, and the
-consolidation plan as a dry run; ``keel power sleep|wake|test NODE`` (docs/power.md).  ``keel.cli`` declares the command; the
-balancer (numpy), the PVE client (proxmoxer) and the store are imported by the commands
-that use them, so that ``keel --help`` stays fast."""
+consolidation plan as a dry run; ``keel power sleep|wake|test NODE`` (docs/power.md).
+
+Where keel-engine runs on this node, every one of them asks it (``GET /api/power``,
+``/api/power/plan``, ``POST /api/power/nodes/<node>/...``): its leader acts and keeps the
+power book, and its history says who asked, as ``keel apply`` does (``cli_engine``);
+``--direct`` (or connection settings of the command line's) talks to Proxmox VE itself.
+``keel.cli`` declares the command; the balancer (numpy), the PVE client (proxmoxer) and the
+store are imported by the commands that use them, so that ``keel --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ def add_parsers(sub: Any, add_connection: Any) -> None:
     common.add_argument("--store", metavar="FILE", help="Keel's history database "
                         "(default: $KEEL_STORE, /var/lib/keel/keel.db, or ~/.local/state/keel/keel.db)")
     common.add_argument("--json", action="store_true", help="print JSON")
+    common.add_argument("--direct", action="store_true",
+                        help="talk to Proxmox VE directly even when keel-engine runs on this node")
     power = sub.add_parser("power", help="power saving: which quiet nodes could sleep, and how",
                            description="Power saving (docs/power.md): empty quiet nodes, power them "
                                        "off, wake them with Wake-on-LAN.")
@@ -81,21 +88,23 @@ def _wake_tests(config: Any, store: Any) -> Any:
     return _tests_book(config, store).get(WAKE_TESTS, {}) or {}
 
 
+def _engine(args: argparse.Namespace, env: Any) -> Any:
+    from keel.cli_engine import engine_for
+    return engine_for(args, env)
+
+
 def cmd_status(args: argparse.Namespace, env: Any) -> int:
-    from keel.balance import power
-    from keel.balance.power_exec import EVENTS, RECORDS
-    from keel.balance.power_gates import last_wake_test
-    from keel.store import Store, default_path
-    client, config, snap, facts = _read(args, env)
-    data = power.status(snap, facts, config.balancing, time.time())
-    store = Store(args.store or default_path(env.environ))
-    records = store.get(RECORDS, {}) or {}
-    tests = _wake_tests(config, store)
-    for n in data["nodes"]:
-        record = records.get(n["node"]) or {}
-        n["keel_state"], n["since"] = record.get("state"), record.get("since")
-        n["wake_test"] = last_wake_test(n["node"], tests)
-    data["events"] = (store.get(EVENTS, []) or [])[-20:]
+    engine = _engine(args, env)
+    if engine is not None:
+        data = engine.call("GET", "/api/power")
+    else:
+        from keel.balance import power
+        from keel.engine.power_loop import with_book
+        from keel.store import Store, default_path
+        client, config, snap, facts = _read(args, env)
+        now = time.time()
+        data = with_book(power.status(snap, facts, config.balancing, now),
+                         _tests_book(config, Store(args.store or default_path(env.environ))), config.balancing.power, now)
     if args.json:
         _dump(data, env)
     else:
@@ -103,7 +112,23 @@ def cmd_status(args: argparse.Namespace, env: Any) -> int:
     return ExitStatus.OK
 
 
+def _engine_plan(engine: Any, node: str | None, test: bool = False) -> dict[str, Any]:
+    from urllib.parse import urlencode
+    query = {"node": node} if node else {}
+    if test:
+        query["test"] = "1"
+    return engine.call("GET", "/api/power/plan" + (f"?{urlencode(query)}" if query else ""))
+
+
 def cmd_plan(args: argparse.Namespace, env: Any) -> int:
+    engine = _engine(args, env)
+    if engine is not None:
+        data = _engine_plan(engine, args.node)
+        if args.json:
+            _dump(data, env)
+        else:
+            env.stdout.write(render_plan(data))
+        return ExitStatus.OK
     from keel.balance import guestconfig
     from keel.balance.power import plan_sleep
     from keel.store import Store, default_path
@@ -117,7 +142,7 @@ def cmd_plan(args: argparse.Namespace, env: Any) -> int:
     if args.json:
         _dump(plan.to_json(), env)
     else:
-        env.stdout.write(render_plan(plan))
+        env.stdout.write(render_plan(plan.to_json()))
     return ExitStatus.OK
 
 
@@ -146,11 +171,14 @@ def cmd_test(args: argparse.Namespace, env: Any) -> int:
 def _sleep(args: argparse.Namespace, env: Any, test: bool) -> int:
     """``keel power sleep NODE``, or ``keel power test NODE``: the same sleep (the wake-test
     gate set aside, it is what the test makes), then at once the wake."""
-    from keel import cli_balance, words
+    from keel import words
     from keel.balance import guestconfig
     from keel.balance.power import plan_sleep
     from keel.errors import InvalidError
     from keel.store import Store, default_path
+    engine = _engine(args, env)
+    if engine is not None:
+        return _sleep_by_engine(engine, args, env, test)
     client, config, snap, facts = _read(args, env)
     settings = config.balancing
     if settings.power.mode == "off":
@@ -162,19 +190,8 @@ def _sleep(args: argparse.Namespace, env: Any, test: bool) -> int:
     plan = plan_sleep(snap, facts, settings, now, store.history(now), store.samples(now - settings.window_s) or None,
                       _lease_holder(config), guestconfig.Reader(client), only=args.node,
                       wake_tests=_wake_tests(config, store), wake_test=not test)
-    if not args.json:
-        env.stdout.write(render_plan(plan))
-    if plan.verdict != words.SLEEP:
-        if args.json:
-            _dump(plan.to_json(), env)
-        env.stderr.write(f"keel: {args.node} stays awake: "
-                         + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals) + "\n")
-        return ExitStatus.BUSY
-    question = f"Empty {args.node}, power it off and wake it at once (a wake test)?" if test \
-        else f"Empty {args.node} and power it off?"
-    if not cli_balance._confirm(question, args, env):
-        env.stdout.write("Nothing done.\n")
-        return ExitStatus.OK
+    if not _go_ahead(plan.to_json(), args, env, test):
+        return ExitStatus.BUSY if plan.verdict != words.SLEEP else ExitStatus.OK
     run = _run(client, settings, store, env, args.json, tests)
     if test:
         run.test_node(plan)
@@ -183,7 +200,46 @@ def _sleep(args: argparse.Namespace, env: Any, test: bool) -> int:
     return ExitStatus.OK
 
 
+def _go_ahead(plan: dict[str, Any], args: argparse.Namespace, env: Any, test: bool) -> bool:
+    """Show the node's plan; False when it stays awake (said on stderr) or the user says no."""
+    from keel import cli_balance, words
+    if not args.json:
+        env.stdout.write(render_plan(plan))
+    if plan["verdict"] != words.SLEEP:
+        if args.json:
+            _dump(plan, env)
+        env.stderr.write(f"keel: {args.node} stays awake: "
+                         + "; ".join(f"{r['gate']}: {r['detail']}" for r in plan["refusals"]) + "\n")
+        return False
+    question = f"Empty {args.node}, power it off and wake it at once (a wake test)?" if test \
+        else f"Empty {args.node} and power it off?"
+    if not cli_balance._confirm(question, args, env):
+        env.stdout.write("Nothing done.\n")
+        return False
+    return True
+
+
+def _follow(engine: Any, args: argparse.Namespace, env: Any, action: str) -> int:
+    """The engine's job for ``action`` on ``args.node``, followed until it ends."""
+    from urllib.parse import quote
+    from keel import cli_balance, cli_engine
+    who = cli_balance._who(env)
+    job = engine.call("POST", f"/api/power/nodes/{quote(args.node, safe='')}/{action}", {}, user=who)
+    return cli_engine.follow(engine, job, env, cli_balance._printer(env, args.json), who)
+
+
+def _sleep_by_engine(engine: Any, args: argparse.Namespace, env: Any, test: bool) -> int:
+    from keel import words
+    plan = _engine_plan(engine, args.node, test)
+    if not _go_ahead(plan, args, env, test):
+        return ExitStatus.BUSY if plan["verdict"] != words.SLEEP else ExitStatus.OK
+    return _follow(engine, args, env, "test" if test else "sleep")
+
+
 def cmd_wake(args: argparse.Namespace, env: Any) -> int:
+    engine = _engine(args, env)
+    if engine is not None:
+        return _follow(engine, args, env, "wake")
     from keel.cli import connect_with_config
     from keel.errors import NotFoundError
     from keel.pve import snapshot
@@ -239,6 +295,14 @@ def render_status(data: dict[str, Any]) -> str:
         lines.append(f"{n['node']:<10} {n['power']:<7} {may_sleep:<9} {n['votes'] if n['votes'] is not None else '-':>5}  "
                      f"{wol:<18} {ceph or '-':<12} {n['ha_state'] or '-':<12} "
                      f"{n['running']:>3}/{n['guests']:<2} {_pct(n['cpu']):>5} {_pct(n['memory']):>5}")
+    for n in data["nodes"]:
+        if n.get("retry_at"):
+            lines.append(f"{n['node']}: Wake-on-LAN not sent ({n['wake_error']}); Keel wakes it again by itself "
+                         f"from {time.strftime('%H:%M:%S', time.localtime(n['retry_at']))}")
+    energy = data.get("energy")
+    if energy:
+        lines += ["", f"Asleep so far: {energy['node_hours_asleep']:.1f} node-hours, about {energy['kwh_saved']:.1f} kWh "
+                      f"saved; {energy['wakes_failed']} wake{'s' if energy['wakes_failed'] != 1 else ''} failed"]
     if data.get("events"):
         lines += ["", "Sleeps and wakes"]
         for e in data["events"][-10:]:
@@ -247,30 +311,33 @@ def render_status(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_plan(plan: Any) -> str:
+def render_plan(plan: dict[str, Any]) -> str:
+    """A consolidation plan (``PowerPlan.to_json()``, as the engine answers it too) as text."""
     from keel.units import format_bytes
-    lines = [f"Power plan: {plan.verdict}: {plan.reason}"]
-    if plan.steps:
+    lines = [f"Power plan: {plan['verdict']}: {plan['reason']}"]
+    steps = plan.get("steps") or []
+    if steps:
         lines += ["", "Steps"]
-        width = max(len(s.action) for s in plan.steps)
-        for i, step in enumerate(plan.steps, 1):
-            lines.append(f"  {i}. {step.action:<{width}}  {step.node or 'cluster':<8} {step.detail}")
-    if plan.moves:
+        width = max(len(s["action"]) for s in steps)
+        for i, step in enumerate(steps, 1):
+            lines.append(f"  {i}. {step['action']:<{width}}  {step['node'] or 'cluster':<8} {step['detail']}")
+    if plan.get("moves"):
         lines += ["", "Moves"]
-        for m in plan.moves:
-            lines.append(f"  {m.vmid:>6} {m.name:<18} {m.source} -> {m.target}  {format_bytes(m.mem_bytes):>9}  "
-                         f"wave {m.wave}  ({m.reason})")
-    if plan.forecast:
-        lines += ["", "Awake nodes " + ("after the moves" if plan.sleep else "now")]
-        for f in plan.forecast:
-            lines.append(f"  {f.node:<10} cpu {f.cpu_frac:>4.0%}  memory {f.mem_frac:>4.0%}")
-    if plan.refusals:
+        for m in plan["moves"]:
+            lines.append(f"  {m['vmid']:>6} {m['name']:<18} {m['from']} -> {m['to']}  {format_bytes(m['mem_bytes']):>9}  "
+                         f"wave {m['wave']}  ({m['reason']})")
+    if plan.get("forecast"):
+        lines += ["", "Awake nodes " + ("after the moves" if plan["sleep"] else "now")]
+        for f in plan["forecast"]:
+            lines.append(f"  {f['node']:<10} cpu {f['cpu']:>4.0%}  memory {f['memory']:>4.0%}")
+    if plan.get("refusals"):
         lines += ["", "Staying awake"]
-        for r in plan.refusals:
-            lines.append(f"  {r.node or 'every node':<10} {r.gate}: {r.detail}")
-    if plan.notices:
-        lines += ["", "Notices"] + [f"  {n}" for n in plan.notices]
-    if plan.sleep:
-        lines += ["", f"Saving about {plan.saving_watts:.0f} W while {'it sleeps' if len(plan.sleep) == 1 else 'they sleep'}."
-                  + (" Nothing is done: this is a dry run." if plan.mode != "automatic" else "")]
+        for r in plan["refusals"]:
+            lines.append(f"  {r['node'] or 'every node':<10} {r['gate']}: {r['detail']}")
+    if plan.get("notices"):
+        lines += ["", "Notices"] + [f"  {n}" for n in plan["notices"]]
+    if plan["sleep"]:
+        watts = plan["summary"]["saving_watts"]
+        lines += ["", f"Saving about {watts:.0f} W while {'it sleeps' if len(plan['sleep']) == 1 else 'they sleep'}."
+                  + (" Nothing is done: this is a dry run." if plan["mode"] != "automatic" else "")]
     return "\n".join(lines) + "\n"

@@ -301,7 +301,7 @@ Ext.define('PVE.keel.Chart', {
             store: Ext.create('Ext.data.Store', { fields: fields, data: [] }),
             background: 'rgba(0, 0, 0, 0)',           // the panel's own background, both themes
             insetPadding: { top: 24, left: 5, right: 10, bottom: 5 },
-            legend: { docked: 'bottom' },
+            legend: { docked: 'bottom', style: { background: 'transparent' } },   // the panel's, both themes
             interactions: ['crosszoom'],
             sprites: [{ type: 'text', text: title, x: 10, y: 14, fontSize: 12, fillStyle: color }],
             axes: [{

@@ -63,7 +63,7 @@ Ext.define('PVE.keel.Power', {
                 { text: gettext('May sleep'), dataIndex: 'may_sleep', width: 90,
                   renderer: function (v) { return v ? gettext('Yes') : gettext('No'); } },
                 { text: gettext('Hours asleep'), dataIndex: 'asleep_hours', width: 120, align: 'right',
-                  renderer: function (v) { return v ? Number(v).toFixed(1) : '-'; } },
+                  renderer: function (v) { return !v ? '-' : v < 0.05 ? '&lt; 0.1' : Number(v).toFixed(1); } },
                 { text: gettext('Wake test'), dataIndex: 'wake_test', width: 110,
                   renderer: function (v, meta, rec) {
                       return v ? me.when(v) : rec.get('may_sleep') ? '<span class="pmx-hint">' +

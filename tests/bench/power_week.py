@@ -9,8 +9,10 @@ through 7 days.  Every node has a Wake-on-LAN MAC and boots in 3 minutes (some l
 2 more); some guests are HA resources (with a negative HA rule), some carry anti-affinity,
 affinity and pin tags; Ceph has OSDs on four nodes, one pool size 3 / min_size 2.
 
-One real ``keel engine`` (the leader) runs with ``balancing.enable: true`` and
-``balancing.power.mode: automatic``; its durations (interval, window, cooldown, power
+One real ``keel engine`` (the leader) runs with ``balancing.enable: true``.  As a new
+cluster must (docs/power.md, the wake test), each node that may sleep is first wake-tested
+through the engine's API in ``mode: recommend``; then ``balancing.power.mode: automatic``
+and the week begins (nothing before it is counted).  The engine's durations (interval, window, cooldown, power
 hold, wake timeout, move timeout) are divided by the clock factor, so that they mean in
 simulated time what they say.  This process only samples ``/_sim/state``,
 ``/cluster/resources`` and the request log, and judges:
@@ -35,10 +37,12 @@ import argparse
 import json
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +163,8 @@ def start_engine(tmp: Path, sim: Any, factor: float, bare: bool) -> tuple[subpro
     nothing else."""
     def d(seconds: float) -> str:
         return f"{seconds / factor:.4f}s"
-    power = {"mode": "automatic", "nodes": SLEEPERS, "min_awake": 2, "allow_bare_majority": bare,
-             "hold": d(1800), "wake_timeout": d(600)}
+    power = {"mode": "recommend", "nodes": SLEEPERS, "min_awake": 2, "allow_bare_majority": bare,
+             "hold": d(1800), "wake_timeout": d(600), "wake_test_max_age": d(30 * 86400)}
     config = write_config(tmp, sim, node="pve1", api_token=TOKEN, balancing={
         "enable": True, "guests": ["vm", "ct"], "interval": d(60), "window": d(300), "cooldown": d(3600),
         "hold": 2, "limits": {"move_timeout": d(1800)}, "power": power})
@@ -179,6 +183,34 @@ def start_engine(tmp: Path, sim: Any, factor: float, bare: bool) -> tuple[subpro
             raise SystemExit(f"keel engine did not start:\n{(tmp / 'engine.log').read_text()}")
         time.sleep(0.1)
     return process, client, config
+
+
+def wake_tests(client: EngineClient, config: Path) -> None:
+    """What docs/power.md asks of a new cluster before Keel may sleep a node: a wake test of
+    each (``keel power test NODE``: a sleep and a wake), here through the engine's API, one
+    at a time, in ``mode: recommend``; then ``mode: automatic``, the week."""
+    deadline = time.monotonic() + 60
+    while not client.call("GET", "/api/status")["leader"]:
+        if time.monotonic() > deadline:
+            raise SystemExit("keel engine did not lead within 60 s")
+        time.sleep(0.1)
+    for node in SLEEPERS:
+        job = client.call("POST", f"/api/power/nodes/{node}/test", {})
+        deadline = time.monotonic() + 120
+        while (job := client.call("GET", f"/api/jobs/{job['id']}"))["state"] in ("running", "cancelling"):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the wake test of {node} did not end within 120 s")
+            time.sleep(0.05)
+        if job["state"] != "done":
+            raise SystemExit(f"the wake test of {node} failed: {job.get('error')}")
+    data = yaml.safe_load(config.read_text())
+    data["balancing"]["power"]["mode"] = "automatic"
+    config.write_text(yaml.safe_dump(data))
+    deadline = time.monotonic() + 30
+    while client.call("GET", "/api/power")["mode"] != "automatic":
+        if time.monotonic() > deadline:
+            raise SystemExit("keel engine did not take mode: automatic within 30 s")
+        time.sleep(0.05)
 
 
 # -- sampling -----------------------------------------------------------------------------
@@ -304,12 +336,15 @@ def asleep_from_history(history: list[dict[str, Any]], start: float, end: float)
     off_at: dict[str, float] = {}
     total = 0.0
     for h in history:
+        if h["time"] < start:                  # the wake tests before the week
+            continue
         if h["event"] == "off":
             off_at[h["node"]] = h["time"]
         elif h["event"] in ("wol", "power-on") and h["node"] in off_at and h.get("outcome") != "did not wake":
             total += h["time"] - off_at.pop(h["node"])
     total += sum(end - t for t in off_at.values())
-    return total, sum(1 for h in history if h["event"] == "shutdown"), sum(1 for h in history if h["event"] == "wol")
+    week = [h for h in history if h["time"] >= start]
+    return total, sum(1 for h in week if h["event"] == "shutdown"), sum(1 for h in week if h["event"] == "wol")
 
 
 def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any]:
@@ -322,12 +357,16 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
     sizes = {n["name"]: (n["cpus"], NODE_GIB) for n in data["nodes"]}
     week = Week(rules, sizes)
     engine = None
+    trace = open(tmp / "cpu.jsonl", "w")          # each sample's node CPU, for a look afterwards
     wall0 = time.monotonic()
     try:
+        engine, client, config = start_engine(tmp / "engine", sim, factor, bare)
+        tests_wall = time.monotonic()
+        wake_tests(client, config)
+        tests_wall = time.monotonic() - tests_wall
         start = sim.control("GET", "state")["time"]
-        engine, client, _ = start_engine(tmp / "engine", sim, factor, bare)
         end = start + days * 86400
-        seq, rounds, calls, sample_wall = 0, 0, 0, []
+        seq, calls, sample_wall = 0, 0, []
         t = start
         while t < end:
             t0 = time.monotonic()
@@ -337,6 +376,8 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
             resources = pve.get("/cluster/resources")
             t = sim_now(sim, state, t0)
             week.add(t, state if week.samples % STATE_EVERY == 0 else None, resources)
+            trace.write(json.dumps([round(t), {r["node"]: round(float(r.get("cpu") or 0), 4) for r in resources
+                                               if r.get("type") == "node" and r.get("status") == "online"}]) + "\n")
             sample_wall.append(time.monotonic() - t0)
             if week.samples % 100 == 0:
                 log = sim.requests_log(seq)
@@ -344,7 +385,6 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
                     seq = log[-1]["seq"]
                     calls += sum(1 for r in log if r["user"] and r["user"].startswith("keel@pve") and r["path"]
                                  != "/cluster/resources" or False)
-                    rounds += sum(1 for r in log if r["path"] == "/cluster/config/nodes")
                 if engine.poll() is not None:
                     raise SystemExit(f"keel engine exited:\n{(tmp / 'engine' / 'engine.log').read_text()[-3000:]}")
             pause = SAMPLE_SIM_S / factor - (time.monotonic() - t0)
@@ -356,6 +396,7 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
         power = client.call("GET", "/api/power")
         jobs = client.call("GET", "/api/jobs")
     finally:
+        trace.close()
         if engine is not None and engine.poll() is None:
             engine.terminate()
             try:
@@ -363,6 +404,8 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
             except subprocess.TimeoutExpired:
                 engine.kill()
         sim.stop()
+    with closing(sqlite3.connect(tmp / "engine" / "keel.db")) as db:       # one decision a round
+        rounds = db.execute("SELECT count(*) FROM decisions").fetchone()[0]
     wall = time.monotonic() - wall0
     hours = days * 24
     asleep_s, shutdowns, wols = asleep_from_history(history, start, t)
@@ -370,7 +413,7 @@ def run_week(factor: float, days: float, bare: bool, tmp: Path) -> dict[str, Any
     failed = [j for j in (jobs if isinstance(jobs, list) else jobs.get("jobs", []))
               if j.get("state") not in ("done", "running")]
     return {
-        "bare": bare, "factor": factor, "days": days, "wall_s": wall, "sim_s": t - start,
+        "bare": bare, "factor": factor, "days": days, "wall_s": wall, "sim_s": t - start, "tests_wall_s": tests_wall,
         "asleep_frac": asleep_s / (len(NODES) * hours * 3600), "asleep_node_h": asleep_s / 3600,
         "asleep_sampled_h": week.asleep_sampled / 3600, "ceiling": (3 if bare else 2) / len(NODES),
         "max_asleep": week.max_asleep, "history_len": len(history),
@@ -429,6 +472,8 @@ def table(results: list[dict[str, Any]]) -> bool:
                 ok = False
         print(f"| sleeps / wakes | {r['sleeps']} / {r['wakes']} | | at most {r['max_asleep']} asleep at once; "
               f"{r['wakes_failed'] or 0} wakes failed | |")
+        print(f"| wake tests first | {len(SLEEPERS)} | | one at a time through the engine's API, "
+              f"{r['tests_wall_s']:.0f} s; not counted in the week | |")
         print(f"| engine rounds | {r['engine_rounds']} | | one every {r['sim_s'] / max(1, r['engine_rounds']) / 60:.1f} "
               f"sim min | |")
         print(f"| samples | {r['samples']} | | every {r['gap_median_s']:.0f} sim s (median; max {r['gap_max_s']:.0f}); "

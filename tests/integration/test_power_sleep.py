@@ -151,3 +151,38 @@ def test_a_sleep_the_gates_refuse_changes_nothing(cluster, tmp_path):
     assert node_power(cluster, "pve8") == "online" and not ha_maintenance(cluster, "pve8")
     status, _, err = keel(cluster, tmp_path, "sleep", "pve7", "--yes", mode=False)
     assert status == ExitStatus.INVALID and "mode is off" in err
+
+
+def test_a_guest_moved_away_by_someone_else_meanwhile_does_not_keep_the_node_awake(cluster, tmp_path):
+    """The plan was made; before its move, the guest left the node another way (the
+    balancer's own job, HA, an admin): the node is empty all the same, so it sleeps."""
+    from keel.balance.power import plan_sleep
+    from keel.balance.power_exec import PowerRun
+    from keel.balance.settings import parse
+    from keel.pve import power as pve_power
+    from keel.pve import snapshot
+    from keel.store import Store
+    client = cluster.client(TOKEN)
+    settings = parse({"guests": ["vm", "ct"], "power": {"mode": "recommend", "nodes": ["pve7"],
+                                                         "wake_timeout": "20s", "wake_test_max_age": "off"}})
+    snap = snapshot.collect(client)
+    plan = plan_sleep(snap, pve_power.read_facts(client, snap), settings, only="pve7")
+    assert plan.sleep == ("pve7",) and len(plan.moves) >= 2
+    gone = next(m for m in plan.moves if m.type == "qemu" and not m.ha_sid)
+    elsewhere = next(n for n in ("pve5", "pve6", "pve8") if n != gone.target)
+    upid = client.post(f"/nodes/pve7/qemu/{gone.vmid}/migrate", target=elsewhere, online=1)
+    for _ in range(600):
+        if not [g for g in snapshot.collect(client).guests_on("pve7") if g.vmid == gone.vmid]:
+            break
+        cluster.advance(5)
+    said, events = [], []
+    run = PowerRun(client, settings, Store(tmp_path / "keel.db"), "test", say=said.append, on_event=events.append,
+                   poll_s=0.05)
+    run.sleep_node(plan)
+    assert node_power(cluster, "pve7") == "off", said
+    guests = client.get("/cluster/resources", type="vm")
+    assert next(g for g in guests if g["vmid"] == gone.vmid)["node"] == elsewhere
+    assert not [g for g in guests if g["node"] == "pve7" and g["status"] == "running"]
+    moot = [e for e in events if e.get("vmid") == gone.vmid and e["event"] != "start"]
+    assert [e["event"] for e in moot] == ["not_started"], events
+    assert f"already on {elsewhere}" in moot[0]["error"], moot

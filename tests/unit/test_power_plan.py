@@ -53,6 +53,14 @@ def test_the_cheapest_node_sleeps_first_and_its_guests_go_elsewhere():
     assert plan.saving_watts == 150
 
 
+def test_each_move_says_its_node_goes_to_sleep_not_that_it_is_in_maintenance():
+    snap = six()
+    plan = plan_sleep(snap, facts(snap), settings(nodes=["f", "e", "d", "c"], allow_bare_majority=True))
+    assert plan.moves and all(m.detail == f"{m.source} goes to sleep (power saving)" for m in plan.moves)
+    assert all(m.reason == words.MAINTENANCE for m in plan.moves)      # moved as maintenance moves are
+    assert "is in maintenance" not in json.dumps(plan.to_json())
+
+
 def test_with_a_bare_majority_allowed_more_nodes_sleep_cheapest_first():
     snap = six()
     plan = plan_sleep(snap, facts(snap), settings(nodes=["f", "e", "d", "c"], allow_bare_majority=True))

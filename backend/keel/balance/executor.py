@@ -74,6 +74,7 @@ class _Running:
     result: MoveResult | None = None
     unanswered: str | None = None       # the migrate request got no answer: why
     refused: bool = False               # PVE refused this move before it began (not a failure of the run)
+    moot: bool = False                  # the guest had left its source another way: not needed
     slow_said: bool = False
     unreadable_since: float | None = None
 
@@ -164,7 +165,7 @@ class Executor:
                         continue
                     del running[i]
                     execution.results.append(item.result)
-                    if item.result.ok:
+                    if item.result.ok or item.moot:         # moot: its source is vacated all the same
                         ended_ok.add(i)
                     elif not item.refused and item.entry.state == FAILED:
                         execution.stopped_early = bool(waiting)   # a migration failed: start no more
@@ -252,7 +253,7 @@ class Executor:
                          block=False)
             return item
         except KeelError as err:             # PVE refused to look: leave the guest alone a while
-            self._finish(item, FAILED, str(err), block=True)
+            self._refused(item, str(err))
             return item
         if refusal:
             self._finish(item, FAILED, refusal, block=True)
@@ -274,12 +275,24 @@ class Executor:
                          block=False)
             return item
         except KeelError as err:             # PVE refused this move: leave the guest alone a while
-            self._finish(item, FAILED, str(err), block=True)
+            self._refused(item, str(err))
             return item
         self.journal.update(entry, RUNNING, upid=item.upid)
         log.info("%s: migrating %s (%s) %s -> %s (%s, asked by %s) %s", execution.plan_id, move.name,
                  move.vmid, move.source, move.target, move.reason, self.requested_by, item.upid or "")
         return item
+
+    def _refused(self, item: _Running, error: str) -> None:
+        """PVE refused the move: a failure, and the guest is left alone a while; unless the guest
+        is not on its source any more (moved meanwhile by HA, an admin, another job): then the
+        move is not needed, and not started (nothing failed, the guest is not blocked)."""
+        where = self._where(item.move.vmid)
+        if where is not None and where != item.move.source:
+            item.moot = True
+            self._finish(item, NOT_STARTED, f"not needed: it is already on {where} (moved since the plan, not by "
+                                            f"it)", block=False, refused=True)
+        else:
+            self._finish(item, FAILED, error, block=True)
 
     def _preflight(self, move: Move) -> str | None:
         kind = move.type
@@ -432,11 +445,12 @@ class Executor:
                 return str(status)
         return None
 
-    def _finish(self, item: _Running, state: str, error: str, block: bool) -> None:
+    def _finish(self, item: _Running, state: str, error: str, block: bool, refused: bool | None = None) -> None:
         now = self.clock()
         ok = state == OK
-        item.refused = block                # PVE said no to this move: the others may go on
-        item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now, refused=block)
+        refused = block if refused is None else refused
+        item.refused = refused              # PVE said no to this move (or it was moot): the others may go on
+        item.result = MoveResult(item.move, ok, error, item.upid, item.started_at, now, refused=refused)
         self.journal.update(item.entry, state, upid=item.upid, error=error or None)
         if self.store is not None and not ok and block:
             self.store.block(item.move.vmid, now + BLOCK_S, error)

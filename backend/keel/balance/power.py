@@ -210,6 +210,7 @@ def plan_sleep(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSetting
         reason = f"no node can sleep now: {first.node}: {first.detail}" if first else "no node can sleep now"
         return finish(words.ALL_AWAKE, reason, costs=costs)
     assert evac is not None
+    evac = _sleep_words(evac, chosen)
     _stays(snapshot, chosen, evac, notices)
     steps = _steps(snapshot, facts, chosen, evac)
     peak_cpu = max((f.cpu_frac for f in best), default=0.0)
@@ -220,6 +221,15 @@ def plan_sleep(snapshot: Snapshot, facts: PowerFacts, settings: BalancingSetting
               f"(lines {power.cpu_line:.0%} and {power.memory_line:.0%}"
               + (f", N+{power.spare_nodes} kept" if power.spare_nodes else "") + ")")
     return finish(words.SLEEP, reason, tuple(chosen), evac, steps, best, costs)
+
+
+def _sleep_words(evac: Plan, chosen: list[str]) -> Plan:
+    """The evacuation plans these nodes as in maintenance; its moves say why they really go."""
+    def told(m: Any) -> Any:
+        if m.reason == words.MAINTENANCE and m.source in chosen:
+            return replace(m, detail=f"{m.source} goes to sleep (power saving)")
+        return m
+    return replace(evac, moves=tuple(told(m) for m in evac.moves))
 
 
 def _node_gate(name: str, snapshot: Snapshot, facts: PowerFacts, settings: BalancingSettings,

@@ -130,12 +130,18 @@ class PowerRun:
                                 cancel_reason=lambda: "the power job was cancelled")
             execution = executor.run(plan.evacuation, job_id=self.job_id, kind="power")
             failed = [r for r in execution.results if not r.ok]
-            if failed or execution.cancelled:
-                self._abort(node, f"{len(failed)} of {len(plan.moves)} migrations failed; {node} stays awake")
+            if execution.cancelled:
+                self._abort(node, f"the moves were stopped after {len(execution.results)} of {len(plan.moves)}; "
+                                  f"{node} stays awake")
+            # what counts is what is left: a move that failed because the guest had left the
+            # node another way (HA, an admin, another job) keeps nothing awake
+            why = f" ({len(failed)} of {len(plan.moves)} migrations failed: {failed[0].error})" if failed else ""
+        else:
+            why = ""
         snap = snapshots.collect(self.client)
         left = [g for g in snap.guests_on(node) if g.running]
         if left:
-            self._abort(node, f"{', '.join(f'{g.name} ({g.vmid})' for g in left)} still running on it; "
+            self._abort(node, f"{', '.join(f'{g.name} ({g.vmid})' for g in left)} still running on it{why}; "
                               f"{node} stays awake")
         if gates.uses_ha(snap):
             self._act(f"HA maintenance for {node}")

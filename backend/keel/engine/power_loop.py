@@ -52,6 +52,36 @@ HANDED_OVER_EXPIRIES = 10         # a hand-over no engine took is not tried agai
 EXECUTE_WAIT_S = 20.0
 
 
+def with_book(data: dict[str, Any], book: "Book", power: Any, now: float) -> dict[str, Any]:
+    """``power.status``'s answer with what Keel did, from the power book: each node's state
+    as Keel sees it (sleeping, emptying, waking...), its last wake test, when a node whose
+    Wake-on-LAN PVE did not send is tried again (``retry_at``, ``wake_error``), the hours
+    asleep and the energy estimate, the last sleeps and wakes.  The engine's ``GET
+    /api/power`` and ``keel power status --direct`` both answer this."""
+    records = dict(book.get(RECORDS, {}) or {})
+    tests = dict(book.get(WAKE_TESTS, {}) or {})
+    asleep_s = dict(book.get(ASLEEP_S, {}) or {})
+    for n in data["nodes"]:
+        r = records.get(n["node"]) or {}
+        keel = r.get("state")
+        n["keel_state"], n["since"] = keel, r.get("since")
+        n["wake_test"] = last_wake_test(n["node"], tests)
+        n["retry_at"] = r.get("retry_at") if float(r.get("retry_at") or 0) > now else None
+        n["wake_error"] = r.get("wake_error") if n["retry_at"] else None
+        if keel == "asleep" and n["power"] != words.AWAKE and r.get("since"):
+            asleep_s[n["node"]] = float(asleep_s.get(n["node"], 0.0)) + max(0.0, now - float(r["since"]))
+        n["state"] = (keel if keel in ("emptying", "shutting down", "waking", "did not wake")
+                      else "sleeping" if n["power"] != words.AWAKE and keel == "asleep"
+                      else "awake" if n["power"] == words.AWAKE else n["power"])
+        n["asleep_hours"] = round(asleep_s.get(n["node"], 0.0) / 3600, 3)
+    hours = sum(asleep_s.values()) / 3600
+    data["energy"] = {"node_hours_asleep": round(hours, 3),
+                      "kwh_saved": round(sum(s / 3600 * power.watts_for(n) for n, s in asleep_s.items()) / 1000, 3),
+                      "wakes_failed": int(book.get(FAILED_WAKES, 0) or 0)}
+    data["events"] = list(book.get(EVENTS, []) or [])[-50:]
+    return data
+
+
 class Book:
     """get/put as the store's, kept in the store and, while this engine leads, in pmxcfs;
     read from pmxcfs first (a follower sees what the leader did)."""
@@ -117,10 +147,17 @@ class PowerLoop:
     def _inputs(self, max_age_s: float = 2.0) -> tuple[Any, Any]:
         return self.reading.get(max_age_s)
 
-    def plan(self, only: str | None = None, max_age_s: float = 2.0, wake_test: bool = True) -> PowerPlan:
+    def plan(self, only: str | None = None, max_age_s: float = 2.0, wake_test: bool = True,
+             fresh: bool = False) -> PowerPlan:
+        """``fresh``: on the cluster as it is now (read after the call began), as a job plans
+        once it holds the execution lock."""
         e = self.engine
         settings = e.config.balancing
-        snap, facts = self._inputs(max_age_s)
+        if fresh:
+            snap = e.snapshot(max_age_s=0.0)
+            facts = pve_power.read_facts(e.client, snap)
+        else:
+            snap, facts = self._inputs(max_age_s)
         now = e.clock()
         return plan_sleep(snap, facts, settings, now, e.store.history(now),
                           e.store.samples(now - settings.window_s) or None, e.leader_node(),
@@ -194,17 +231,25 @@ class PowerLoop:
                         abandon=e._stop, reason=reason, job_id=job.id)
 
     def _start(self, kind: str, by: str, plan: PowerPlan, nodes: tuple[str, ...], body: Any,
-               wait_s: float) -> Job:
+               wait_s: float, replan: Any = None) -> Job:
+        """``body(job, plan)`` as a job, once this engine holds the execution lock (waiting at
+        most ``wait_s`` for the job that has it).  ``replan``: the plan made again then, on
+        the cluster as that job left it (its refusal is raised, nothing started)."""
         e = self.engine
         e.require_leader()
         got = e._execute.acquire(timeout=wait_s) if wait_s > 0 else e._execute.acquire(blocking=False)
         if not got:
             raise BusyError("a plan is being carried out already; the power job waits for it")
+        try:
+            plan = replan() if replan is not None else plan
+        except BaseException:
+            e._execute.release()
+            raise
         self.live.update(nodes)
 
         def run(job: Job) -> None:
             try:
-                body(job)
+                body(job, plan)
                 job.execution = Done(True)
             except TaskFailedError as err:
                 job.error = str(err)
@@ -226,17 +271,23 @@ class PowerLoop:
         if e.config.balancing.power.mode == "off":
             raise InvalidError("balancing.power.mode is off: Keel powers no node off")
         self._known(node)
-        plan = self.plan(only=node, max_age_s=0.0, wake_test=not test)
-        if plan.verdict != words.SLEEP:
-            raise BusyError(f"{node} stays awake: " + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals))
 
-        def body(job: Job) -> None:
+        def planned(fresh: bool) -> PowerPlan:
+            plan = self.plan(only=node, max_age_s=0.0, wake_test=not test, fresh=fresh)
+            if plan.verdict != words.SLEEP:
+                raise BusyError(f"{node} stays awake: " + "; ".join(f"{r.gate}: {r.detail}" for r in plan.refusals))
+            return plan
+
+        def body(job: Job, plan: PowerPlan) -> None:
             run = self._run(job, reason)
             if test:
                 run.test_node(plan)
             else:
                 run.sleep_node(plan)
-        return self._start("power-test" if test else "power-sleep", by, plan, (node,), body, wait_s)
+        # a refusal is said at once; the plan carried out is made again once the lock is held:
+        # a job running till then (the balancer's) may have moved guests
+        return self._start("power-test" if test else "power-sleep", by, planned(False), (node,), body, wait_s,
+                           replan=lambda: planned(True))
 
     def _handed_over_recently(self, node: str, now: float) -> bool:
         """Whether this node's lease was handed over lately (within the power hold, or
@@ -279,7 +330,7 @@ class PowerLoop:
         plan = PowerPlan("WAKE", f"wake {', '.join(nodes)}: {reason}", self.engine.config.balancing.power.mode,
                          (), None, created_at=self.engine.clock())
 
-        def body(job: Job) -> None:
+        def body(job: Job, plan: PowerPlan) -> None:
             run = self._run(job, reason)
             failed: dict[str, KeelError] = {}
             woke: list[str] = []
@@ -404,27 +455,7 @@ class PowerLoop:
         snap, facts = self._inputs(max_age_s=e.config.engine.status_interval_s)
         now = e.clock()
         data = power_status(snap, facts, settings, now)
-        records = self.records()
-        tests = self.wake_tests()
-        asleep_s = dict(self.book.get(ASLEEP_S, {}) or {})
-        for n in data["nodes"]:
-            r = records.get(n["node"]) or {}
-            keel = r.get("state")
-            n["keel_state"], n["since"] = keel, r.get("since")
-            n["wake_test"] = last_wake_test(n["node"], tests)
-            n["retry_at"] = r.get("retry_at") if float(r.get("retry_at") or 0) > now else None
-            n["wake_error"] = r.get("wake_error") if n["retry_at"] else None
-            if keel == "asleep" and n["power"] != words.AWAKE and r.get("since"):
-                asleep_s[n["node"]] = float(asleep_s.get(n["node"], 0.0)) + max(0.0, now - float(r["since"]))
-            n["state"] = (keel if keel in ("emptying", "shutting down", "waking", "did not wake")
-                          else "sleeping" if n["power"] != words.AWAKE and keel == "asleep"
-                          else "awake" if n["power"] == words.AWAKE else n["power"])
-            n["asleep_hours"] = round(asleep_s.get(n["node"], 0.0) / 3600, 3)
-        hours = sum(asleep_s.values()) / 3600
-        data["energy"] = {"node_hours_asleep": round(hours, 3),
-                          "kwh_saved": round(sum(s / 3600 * power.watts_for(n) for n, s in asleep_s.items()) / 1000, 3),
-                          "wakes_failed": int(self.book.get(FAILED_WAKES, 0) or 0)}
-        data["events"] = list(self.book.get(EVENTS, []) or [])[-50:]
+        with_book(data, self.book, power, now)
         data["last"] = self.last
         data["leader"], data["leader_node"] = e.leader, e.leader_node()
         return data
