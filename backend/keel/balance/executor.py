@@ -42,6 +42,7 @@ from keel.balance.plan import Move, Plan
 from keel.balance.settings import BalancingSettings
 from keel.errors import AuthError, FencedError, KeelError, UnavailableError
 from keel.pve.client import PveClient
+from keel.pve.tasks import find_migration_task
 from keel.pve.upid import parse_upid
 
 log = logging.getLogger("keel.balance")
@@ -472,20 +473,6 @@ def _describe(move: Move) -> dict[str, Any]:
 
 
 _EVENT = {OK: "done", FAILED: "failed", NOT_STARTED: "not_started"}
-
-
-def find_migration_task(client: PveClient, move: Any, since: float, now: float) -> str | None:
-    """The UPID of the migration of ``move``'s guest that started on its source node after
-    ``since`` (Keel's clock, ``now`` being Keel's time now), if PVE has one.  The start is
-    compared on the node's own clock (``/nodes/{node}/time``), so a node whose clock is off
-    does not hide the task or pass off an older one as it."""
-    kind = "qmigrate" if move.type == "qemu" else "vzmigrate"
-    node_now = float((client.get(f"/nodes/{move.source}/time") or {}).get("time") or now)
-    after = node_now - max(0.0, now - since) - 5
-    tasks = client.get(f"/nodes/{move.source}/tasks", typefilter=kind, vmid=move.vmid,
-                       since=int(after), source="all", limit=10)
-    found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= after]
-    return str(max(found, key=lambda t: float(t.get("starttime") or 0))["upid"]) if found else None
 
 
 REPLANS = 2                 # plans made again around moves PVE refused, after the first

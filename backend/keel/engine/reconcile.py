@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from keel.balance import journal
-from keel.balance.executor import find_migration_task
+from keel.pve.tasks import find_migration_task
 from keel.balance.history import ENDED, FAILED, NOT_STARTED, OK, PLANNED
 from keel.errors import KeelError
 from keel.pve.client import PveClient

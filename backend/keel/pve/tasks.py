@@ -1,4 +1,4 @@
-"""Waiting for PVE tasks.
+"""Waiting for PVE tasks, and finding a migration's.
 
 A task is done when its status is ``stopped``; it succeeded when ``exitstatus`` is
 ``OK`` or ``WARNINGS: n``.  Anything else is the error text PVE logged.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from keel.errors import KeelError, TaskFailedError, UnavailableError
 from keel.pve.client import PveClient
@@ -73,3 +73,17 @@ def wait_task(client: PveClient, upid: str, timeout_s: float = 600.0, poll_s: fl
         if clock() >= deadline:
             raise UnavailableError(f"task {upid} still running after {timeout_s:.0f}s")
         sleep(poll_s)
+
+
+def find_migration_task(client: PveClient, move: Any, since: float, now: float) -> str | None:
+    """The UPID of the migration of ``move``'s guest that started on its source node after
+    ``since`` (Keel's clock, ``now`` being Keel's time now), if PVE has one.  The start is
+    compared on the node's own clock (``/nodes/{node}/time``), so a node whose clock is off
+    does not hide the task or pass off an older one as it."""
+    kind = "qmigrate" if move.type == "qemu" else "vzmigrate"
+    node_now = float((client.get(f"/nodes/{move.source}/time") or {}).get("time") or now)
+    after = node_now - max(0.0, now - since) - 5
+    tasks = client.get(f"/nodes/{move.source}/tasks", typefilter=kind, vmid=move.vmid,
+                       since=int(after), source="all", limit=10)
+    found = [t for t in tasks or () if t.get("upid") and float(t.get("starttime") or 0) >= after]
+    return str(max(found, key=lambda t: float(t.get("starttime") or 0))["upid"]) if found else None
