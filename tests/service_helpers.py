@@ -138,13 +138,26 @@ def request_from(source: str, url: str, cert: str, method: str, path: str, heade
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, step: float = 0.2) -> Any:
+    """``predicate()`` once it is true.  A predicate that raises (a list that briefly lacks
+    what it looks for, a stack still starting) is asked again; when time is up, the error
+    names what it last returned or raised."""
     deadline = time.monotonic() + timeout
+    last: Any = None
+    error: BaseException | None = None
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except Exception as exc:       # noqa: BLE001 - reported below if it never passes
+            error, value = exc, None
+        else:
+            error, last = None, value
         if value:
             return value
         time.sleep(step)
-    raise AssertionError("timed out waiting")
+    if error is not None:
+        raise AssertionError(f"timed out after {timeout:g} s waiting; the predicate last raised "
+                             f"{type(error).__name__}: {error}") from error
+    raise AssertionError(f"timed out after {timeout:g} s waiting; the predicate last returned {last!r}"[:2000])
 
 
 def leading(client: EngineClient) -> Any:

@@ -81,7 +81,10 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         reason = balance[0].detail
     elif balance:
         cluster_gain, touched_gain, touched, change = _gain(model, ordered)
-        if touched_gain < settings.margin and not outcome.budget_spent:
+        whole = None       # a round its budget cut short: what the whole plan would gain
+        if outcome.budget_spent and touched_gain < settings.margin and cluster_gain > 1e-9 and method == "keel":
+            whole = _gain(model, plan_keel(model.copy(), cons, settings.oneshot(), admission).moves)[1]
+        if not _pays(touched_gain, cluster_gain, whole, settings):
             # the moves that cool a hot node may cost some of the gain: the longest beginning
             # of the plan that is worth it goes ahead (a looser threshold stops earlier on
             # the same sequence, so it never moves more than this)
@@ -91,6 +94,7 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
                 skipped += [s for s in extra if s not in skipped]
                 balance = [m for m in ordered if m.reason == words.BALANCE]
                 cluster_gain, touched_gain, touched, change = _gain(model, ordered)
+                whole = None
         nodes = int(model.eligible.sum())
         share = (f"the imbalance of the {touched} nodes it touches by {touched_gain:.0%}, the cluster's by "
                  f"{cluster_gain:.0%}" if touched < nodes else f"the imbalance by {cluster_gain:.0%}")
@@ -98,15 +102,18 @@ def make_plan(snapshot: Snapshot, settings: BalancingSettings, history: History 
         mandatory = len(_net([m for m in ordered if m.vmid not in _balance_only(ordered)]))
         first = (f"{mandatory} mandatory move{'s' if mandatory != 1 else ''}: imbalance "
                  f"{before.figures.keel:.2f} → {change[0]:.2f}; then " if mandatory else "")
-        if outcome.budget_spent:
-            reason = (f"{first}cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
-                      f"later rounds go on")
-        elif touched_gain < settings.margin:
+        if not _pays(touched_gain, cluster_gain, whole, settings):
             ordered, extra = _order(_without_balance(ordered), model, cons, settings)
             skipped += extra
             verdict = words.NOT_WORTH_IT
             stopped = words.NOTHING_WORTH_IT
-            reason = f"{first}the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
+            reason = (f"{first}the best plan cuts {share}, less than the margin of {settings.margin:.0%}"
+                      if cluster_gain > 1e-9 else f"{first}the best plan within the round's budget would not "
+                      f"lower the cluster's imbalance ({change[0]:.2f} → {change[1]:.2f})")
+        elif outcome.budget_spent:
+            whole_said = "" if whole is None else f" (the whole plan cuts them by {whole:.0%})"
+            reason = (f"{first}cuts {share} with {len(balance)} balancing moves; the plan's budget is spent, "
+                      f"later rounds go on{whole_said}")
         else:
             reason = f"{first}cuts {share} with {len(balance)} balancing moves{_why_stopped(stopped, settings)}"
     after_model = model.copy()
@@ -206,6 +213,18 @@ def _plan_and_order(model: LoadModel, cons: Constraints, settings: BalancingSett
             if any(g.vmid in retry for g in unit.guests):
                 unit.balance = False
     return outcome, ordered, dropped, left_out
+
+
+def _pays(touched_gain: float, cluster_gain: float, whole: float | None, settings: BalancingSettings) -> bool:
+    """Whether a plan's balancing moves are worth their migrations: they cut the imbalance
+    of the nodes they touch by the margin.  A round its budget cut short pays too when it
+    lowers the cluster's figure and is the beginning of a plan that pays (``whole``: that
+    plan's cut, the same moves continued past the budget), so that a cluster far from level
+    gets there over rounds.  Never skipped (issue 25: a round whose budget was spent ran
+    whatever it had, one predicted to raise the figure from 0.18 to 0.19)."""
+    if touched_gain >= settings.margin:
+        return True
+    return whole is not None and cluster_gain > 1e-9 and whole >= settings.margin
 
 
 def _worth_beginning(model: LoadModel, moves: list[Move], margin: float) -> list[Move] | None:

@@ -37,8 +37,8 @@
    is made; a refused one is never tried again.
 3. ``balancer.make_plan`` orders the moves into safe waves, plans again without any
    guest whose move could not be ordered, and drops a plan whose balance moves do not
-   cut the imbalance of the nodes they touch by ``margin`` — unless the budget cut it
-   short (mandatory moves stay either way).
+   cut the imbalance of the nodes they touch by ``margin``, a plan its budget cut short
+   too (mandatory moves stay either way).
 
 Feasible means: an allowed node for every guest of the unit, room for its memory under
 the node's limit, no anti-affinity partner there, not a node the guest left within a day.

@@ -15,7 +15,7 @@ Calls (for a cluster of N online nodes with one node-local image storage each):
 | GET /nodes/{n}/storage/{s}/content, per node and node-local image storage | local disks |
 | GET /nodes/{n}/rrddata, per node, only with ``psi=True`` | pressure stall figures        |
 
-That is N + 8 calls (N + 9 when PVE 8 answers 501 to /cluster/ha/rules).  Local
+That is N + 8 calls (on PVE 8, groups in place of rules).  Local
 devices (PCI/USB passthrough) are not visible this way; the executor checks each
 planned move with ``GET .../migrate`` before it starts it.
 """
@@ -48,7 +48,7 @@ def collect(client: PveClient, psi: bool = False, now: float | None = None) -> S
     storage_cfg = client.get("/storage")
     ha_resources = client.get("/cluster/ha/resources")
     manager = client.get("/cluster/ha/status/manager_status")
-    ha_rules, from_groups = _ha_rules(client, ha_resources)
+    ha_rules, from_groups = _ha_rules(client, ha_resources, _major(pve_version))
 
     cluster_entry = next((e for e in status if e.get("type") == "cluster"), {})
     storages = _storages(storage_cfg)
@@ -96,12 +96,23 @@ def collect(client: PveClient, psi: bool = False, now: float | None = None) -> S
     )
 
 
-def _ha_rules(client: PveClient, ha_resources: list[dict[str, Any]]) -> tuple[tuple[HaRule, ...], bool]:
-    """PVE 9's rules; on PVE 8, its groups as the node-affinity rules PVE 9 makes of them."""
+def _major(version: str) -> int:
     try:
-        rules = client.get("/cluster/ha/rules")
-    except NotFoundError:
-        rules = None
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
+
+
+def _ha_rules(client: PveClient, ha_resources: list[dict[str, Any]],
+              major: int) -> tuple[tuple[HaRule, ...], bool]:
+    """PVE 9's rules; on PVE 8, its groups as the node-affinity rules PVE 9 makes of them.
+    PVE 8 has no rules endpoint (501): it is not asked; a version it cannot read (0) is."""
+    rules = None
+    if major == 0 or major >= 9:
+        try:
+            rules = client.get("/cluster/ha/rules")
+        except NotFoundError:
+            rules = None
     if rules is not None:
         return tuple(_rule(r) for r in sorted(rules, key=lambda r: (r.get("order", 0), r["rule"]))), False
     groups = client.get("/cluster/ha/groups")
