@@ -272,3 +272,13 @@ def test_bad_ini_values_are_named_as_the_ini_writes_them():
     with pytest.raises(InvalidError) as caught:
         convert("[proxmox]\napi_host: pve1\nverify_ssl: maybe\n[vm_balancing]\ntype: pods\n", "proxlb.conf")
     assert set(caught.value.errors) == {"[proxmox] verify_ssl", "[vm_balancing] type"}
+
+
+@pytest.mark.parametrize("value", ["false", "true"])
+def test_enforce_affinity_and_pinning_are_listed_whatever_their_value(value):
+    # issue 25, finding 5: with false (ProxLB's default) neither was in the closing list,
+    # though Keel keeps affinity and pins in every plan and moves guests to meet them
+    config, notes = convert(f"balancing: {{enforce_affinity: {value}, enforce_pinning: {value}}}\nservice: {{}}\n")
+    left = dropped(notes)
+    assert "every plan" in left["balancing.enforce_affinity"] and "every plan" in left["balancing.enforce_pinning"]
+    assert "enforce" not in str(config)

@@ -163,10 +163,11 @@ _NO_EQUIVALENT = {
     "balancing.with_conntrack_state": "Keel has no key for PVE's with-conntrack-state migration option",
     "balancing.balance_larger_guests_first": "Keel's planner chooses moves by their effect on the "
                                              "imbalance and their cost, not by guest size order",
-    "balancing.enforce_affinity": "Keel makes affinity and anti-affinity part of every plan; there is no "
-                                  "separate enforcement switch",
-    "balancing.enforce_pinning": "Keel makes pins part of every plan; there is no separate enforcement "
-                                 "switch",
+    "balancing.enforce_affinity": "Keel makes affinity and anti-affinity part of every plan, and moves "
+                                  "guests that break a rule (a mandatory move, even when the cluster is "
+                                  "level); there is no separate enforcement switch",
+    "balancing.enforce_pinning": "Keel makes pins part of every plan, and moves a pinned guest found "
+                                 "elsewhere to its node; there is no separate enforcement switch",
     "balancing.cpu_overcommit": "a setting of ProxLB's optional solver; Keel has no vCPU-to-core ratio "
                                 "limit to set",
     "balancing.max_node_inflow": "a setting of ProxLB's optional solver; Keel limits migrations with "
@@ -217,8 +218,7 @@ def _is_off(name: str, value: Any) -> bool:
         return not isinstance(value, dict) or as_bool(value.get("enable", False)) is False
     if name == "balancing.live":
         return as_bool(value) is True
-    if name in ("balancing.enforce_affinity", "balancing.enforce_pinning",
-                "balancing.balance_larger_guests_first", "proxmox_cluster.overprovisioning"):
+    if name in ("balancing.balance_larger_guests_first", "proxmox_cluster.overprovisioning"):
         return as_bool(value) is False
     if name == "service.daemon":
         return as_bool(value) is True
