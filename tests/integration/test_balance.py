@@ -326,6 +326,28 @@ def test_a_noisy_day_converges_without_flapping(sim_factory, tmp_path):
     assert len(moves) < 24
 
 
+@pytest.mark.parametrize("margin,balancing", [(0.99, 0), (0.0, 1)])
+def test_a_round_whose_plan_gains_less_than_the_margin_never_migrates_whatever_its_budget(
+        sim_factory, tmp_path, margin, balancing):
+    # issue 25, finding 2: a round that spent its move budget skipped the margin test.  The
+    # demo cluster has one mandatory move (a rule broken): it goes either way, as mandatory
+    # moves never wait (before, a plan not worth it for balance held it back too).
+    sim = sim_factory(DEMO_SCENARIO)
+    client = sim.client()
+    store = Store(tmp_path / "keel.db")
+    settings = BalancingSettings(enable=True, hold=1, threshold=0.01, margin=margin, limits=Limits(moves=1))
+    rounds = Rounds(client, settings, store, "test", clock=sim_clock(sim), sleep=sim.advance, poll_s=2)
+    seq = sim.requests_log()[-1]["seq"] if sim.requests_log() else 0
+    result = rounds.round(apply=True)
+    migrations = [e for e in sim.requests_log(seq) if e["method"] == "POST" and e["path"].endswith("/migrate")]
+    mandatory = len(result.plan.mandatory_moves())
+    assert mandatory == 1
+    assert len(migrations) == mandatory + balancing == result.moved, (result.plan.verdict, result.plan.reason)
+    if not balancing:
+        assert result.plan.verdict == words.NOT_WORTH_IT and "margin" in result.plan.reason
+        assert result.decision.mandatory_only
+
+
 # -- privileges ---------------------------------------------------------------------------
 
 

@@ -30,7 +30,10 @@ def decide(plan: Plan, settings: BalancingSettings, now: float, hold_rounds: int
         return Decision(False, plan.verdict, plan.reason, 0)
     if plan.verdict != words.PLANNED:
         rounds = hold_rounds + 1 if plan.verdict in (words.STUCK, words.NOT_WORTH_IT) else 0
-        return Decision(False, plan.verdict, plan.reason, rounds)
+        # a plan not worth it for balance keeps its mandatory moves: they go, never waiting
+        return Decision(bool(mandatory), plan.verdict, plan.reason
+                        + (f"; {len(mandatory)} mandatory moves go ahead" if mandatory else ""),
+                        rounds, mandatory_only=bool(mandatory))
     only_mandatory = len(mandatory) == len(plan.moves)
     if only_mandatory:
         return Decision(True, words.PLANNED, plan.reason, hold_rounds, mandatory_only=True)
